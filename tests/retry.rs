@@ -1,0 +1,284 @@
+//! A 401 reloads the token at once and the request is retried once, with its body replayed.
+//! Every test runs against a real local HTTP server that accepts only the tokens it is told.
+
+mod support;
+
+use std::time::Duration;
+
+use bearer_reload::retry::ReplayBody;
+use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use support::server::{AuthServer, Refusal, http1_client, http2_client, sha256_hex};
+use tower::{Layer, Service, ServiceExt};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// A token file with the watcher and the timer off: only a 401 (or the test) reloads it.
+async fn quiet_store(dir: &tempfile::TempDir, token: &str) -> (std::path::PathBuf, TokenStore) {
+    let path = dir.path().join("token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    let store = TokenFile::new(&path)
+        .watch(false)
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    (path, store)
+}
+
+fn get(url: &str) -> Request<Empty<Bytes>> {
+    Request::get(url).body(Empty::new()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_is_replaced_and_the_request_retried_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(&dir, "old").await;
+    let server = AuthServer::start("old").await;
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+
+    let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+
+    // Revoked on the server, then rotated on disk; no watcher event, no timer.
+    server.accept_only("new");
+    std::fs::write(&path, "new\n").unwrap();
+    let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+
+    let status = store.status();
+    assert_eq!(status.reads, 2, "the initial read and one on the 401");
+    assert_eq!(status.unauthorized.seen, 1);
+    assert_eq!(status.unauthorized.reloads, 1);
+    assert_eq!(status.unauthorized.retries, 1);
+    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(server.seen(), ["old", "old", "new"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_the_watcher_already_installed_is_used_without_a_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "old").unwrap();
+    let store = TokenFile::new(&path)
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let server = AuthServer::start("old").await;
+    server.accept_also("new");
+    // The first request's answer waits for a second request: the test sends none, so it
+    // waits until the test has rotated everything and sends the release itself.
+    server.hold_until(2);
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+    let pending = tokio::spawn(client.clone().oneshot(get(&server.url("/"))));
+    server.wait_requests(1, DEADLINE).await;
+
+    // While the request is in flight: the token rotates, the watcher installs it, and the
+    // server revokes the old one.
+    let mut generations = store.subscribe();
+    std::fs::write(&path, "new").unwrap();
+    tokio::time::timeout(DEADLINE, generations.wait_for(|&g| g == 2))
+        .await
+        .expect("the watcher installed the new token")
+        .unwrap();
+    server.accept_only("new");
+    let reads = store.status().reads;
+    // Release the held answer (this request itself carries the new token).
+    let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+
+    let res = pending.await.unwrap().unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let status = store.status();
+    assert_eq!(status.reads, reads, "no read on the 401");
+    assert_eq!(status.unauthorized.reloads, 0);
+    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(server.seen(), ["old", "new", "new"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_path, store) = quiet_store(&dir, "wrong").await;
+    let server = AuthServer::start("right").await;
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+
+    let started = std::time::Instant::now();
+    let mut requests = 0u64;
+    while started.elapsed() < Duration::from_secs(5) && requests < 100_000 {
+        let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        requests += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let status = store.status();
+    assert_eq!(
+        status.unauthorized.retries, 0,
+        "the same token is not sent twice"
+    );
+    assert_eq!(server.requests(), requests);
+    assert!(requests > 10, "the loop ran: {requests}");
+    let reads = status.reads - 1;
+    assert!(
+        reads as f64 <= elapsed.ceil() + 1.0,
+        "{reads} reads in {elapsed:.1} s"
+    );
+    assert!(reads >= 1, "the first 401 reads the file");
+    assert_eq!(status.unauthorized.seen, requests);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(&dir, "old").await;
+    let server = AuthServer::start("new").await;
+    std::fs::write(&path, "new").unwrap();
+    // No answer until all 1000 have arrived, so all are sent with the old token.
+    server.hold_until(1000);
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http2_client());
+    let url = server.url("/");
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| tokio::spawn(client.clone().oneshot(get(&url))))
+        .collect();
+    for task in tasks {
+        let res = tokio::time::timeout(DEADLINE, task)
+            .await
+            .expect("answered")
+            .unwrap()
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    let status = store.status();
+    assert_eq!(status.reads, 2, "exactly one read for 1000 401s");
+    assert_eq!(status.unauthorized.seen, 1000);
+    assert_eq!(status.unauthorized.retries, 1000);
+    assert_eq!(status.unauthorized.retries_succeeded, 1000);
+    assert_eq!(server.refused(), 1000);
+    assert_eq!(server.requests(), 2000);
+}
+
+/// Sends `req` after the server revoked "old" and the file holds "new"; returns the
+/// response and the store.
+async fn after_rotation<B>(req: Request<B>) -> (http::Response<hyper::body::Incoming>, TokenStore)
+where
+    B: bearer_reload::retry::TryCloneBody + http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(&dir, "old").await;
+    let server = AuthServer::start("new").await;
+    std::fs::write(&path, "new").unwrap();
+    let mut client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client::<B>());
+    let (parts, body) = req.into_parts();
+    let mut req = Request::from_parts(parts, body);
+    *req.uri_mut() = server.url("/upload").parse().unwrap();
+    let res = client.ready().await.unwrap().call(req).await.unwrap();
+    (res, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_body_is_replayed_identically() {
+    let payload: Vec<u8> = (0..32 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    let expected = sha256_hex(&payload);
+
+    // A body that clones cheaply.
+    let req = Request::post("/")
+        .body(Full::new(Bytes::from(payload.clone())))
+        .unwrap();
+    let (res, store) = after_rotation(req).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-body-sha256"], expected.as_str());
+    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+
+    // A streamed body, 1 KiB at a time, recorded by ReplayBody as it goes out.
+    let frames: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = payload
+        .chunks(1024)
+        .map(|c| Ok(http_body::Frame::data(Bytes::copy_from_slice(c))))
+        .collect();
+    let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
+    let (res, store) = after_rotation(Request::post("/").body(body).unwrap()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-body-sha256"], expected.as_str());
+    assert_eq!(res.headers()["x-body-len"], "32768");
+    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+
+    // An empty body.
+    let (res, store) =
+        after_rotation(Request::post("/").body(Empty::<Bytes>::new()).unwrap()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-body-sha256"], sha256_hex(b"").as_str());
+    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_over_the_limit_gets_its_401_but_the_token_is_reloaded() {
+    let frames: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = (0..100)
+        .map(|_| Ok(http_body::Frame::data(Bytes::from(vec![b'x'; 1024]))))
+        .collect();
+    let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
+    let (res, store) = after_rotation(Request::post("/").body(body).unwrap()).await;
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let status = store.status();
+    assert_eq!(status.unauthorized.retries, 0);
+    assert_eq!(status.generation, 2, "the 401 still reloaded the token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_unauthenticated_is_retried_under_the_grpc_classifier() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(&dir, "old").await;
+    let server = AuthServer::start_with("new", Refusal::Grpc).await;
+    std::fs::write(&path, "new").unwrap();
+
+    // The HTTP classifier sees a 200 and lets it through.
+    let plain = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http2_client());
+    let res = plain.oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.headers()["grpc-status"], "16");
+    assert_eq!(store.status().unauthorized.seen, 0);
+
+    let grpc = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::grpc())
+        .layer(http2_client());
+    let res = grpc.oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().get("grpc-status").is_none());
+    assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "ok");
+    let status = store.status();
+    assert_eq!(status.unauthorized.seen, 1);
+    assert_eq!(status.unauthorized.retries_succeeded, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_its_own_authorization_is_not_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(&dir, "old").await;
+    let server = AuthServer::start("new").await;
+    std::fs::write(&path, "new").unwrap();
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+    let mut req = get(&server.url("/"));
+    req.headers_mut().insert(
+        http::header::AUTHORIZATION,
+        "Bearer theirs".parse().unwrap(),
+    );
+    let res = client.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let status = store.status();
+    assert_eq!((status.reads, status.unauthorized.seen), (1, 0));
+}

@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests. Each test binary uses a part of them.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod server;

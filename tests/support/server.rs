@@ -1,0 +1,212 @@
+//! A local HTTP server that accepts only the bearer tokens it is told to accept, and records
+//! what it sees.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header::AUTHORIZATION};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// How the server says "unauthorized".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// HTTP 401.
+    Http,
+    /// HTTP 200 with `grpc-status: 16`, as a trailers-only gRPC response.
+    Grpc,
+}
+
+struct State {
+    accepted: Mutex<HashSet<String>>,
+    seen: Mutex<Vec<String>>,
+    refusal: Refusal,
+    requests: watch::Sender<u64>,
+    refused: AtomicU64,
+    /// Requests wait until this many have arrived before they are answered.
+    hold_until: AtomicU64,
+}
+
+/// The server. Stops accepting when dropped.
+pub struct AuthServer {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl AuthServer {
+    pub async fn start(accept: &str) -> Self {
+        Self::start_with(accept, Refusal::Http).await
+    }
+
+    pub async fn start_with(accept: &str, refusal: Refusal) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State {
+            accepted: Mutex::new(HashSet::from([accept.to_owned()])),
+            seen: Mutex::new(Vec::new()),
+            refusal,
+            requests: watch::Sender::new(0),
+            refused: AtomicU64::new(0),
+            hold_until: AtomicU64::new(0),
+        });
+        let task = tokio::spawn({
+            let state = state.clone();
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        let svc = hyper::service::service_fn(move |req| {
+                            let state = state.clone();
+                            async move { Ok::<_, Infallible>(handle(&state, req).await) }
+                        });
+                        let mut builder =
+                            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                        builder.http2().max_concurrent_streams(4096);
+                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    });
+                }
+            }
+        });
+        Self { addr, state, task }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Accept `token` from now on, and no other.
+    pub fn accept_only(&self, token: &str) {
+        *self.state.accepted.lock().unwrap() = HashSet::from([token.to_owned()]);
+    }
+
+    /// Accept `token` too.
+    pub fn accept_also(&self, token: &str) {
+        self.state.accepted.lock().unwrap().insert(token.to_owned());
+    }
+
+    /// Every bearer token the server has seen, in order.
+    pub fn seen(&self) -> Vec<String> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    pub fn requests(&self) -> u64 {
+        *self.state.requests.borrow()
+    }
+
+    pub fn refused(&self) -> u64 {
+        self.state.refused.load(Ordering::SeqCst)
+    }
+
+    /// Answer nothing until `n` requests have arrived.
+    pub fn hold_until(&self, n: u64) {
+        self.state.hold_until.store(n, Ordering::SeqCst);
+    }
+
+    /// Waits, with a deadline, until the server has received `n` requests in all.
+    pub async fn wait_requests(&self, n: u64, deadline: Duration) {
+        let mut rx = self.state.requests.subscribe();
+        tokio::time::timeout(deadline, rx.wait_for(|&seen| seen >= n))
+            .await
+            .unwrap_or_else(|_| panic!("server saw {} of {n} requests", self.requests()))
+            .unwrap();
+    }
+}
+
+async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let token = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .to_owned();
+    state.seen.lock().unwrap().push(token.clone());
+    let body = req.into_body().collect().await.map(|b| b.to_bytes());
+    state.requests.send_modify(|n| *n += 1);
+    let hold = state.hold_until.load(Ordering::SeqCst);
+    if hold > 0 {
+        let mut rx = state.requests.subscribe();
+        let _ = rx.wait_for(|&n| n >= hold).await;
+    }
+    let Ok(body) = body else {
+        return status(StatusCode::BAD_REQUEST, "unreadable body");
+    };
+    let ok = state.accepted.lock().unwrap().contains(&token);
+    if !ok {
+        state.refused.fetch_add(1, Ordering::SeqCst);
+        return match state.refusal {
+            Refusal::Http => status(StatusCode::UNAUTHORIZED, "Unauthorized"),
+            Refusal::Grpc => Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "16")
+                .header("grpc-message", "invalid token")
+                .body(Full::default())
+                .unwrap(),
+        };
+    }
+    let digest: String = Sha256::digest(&body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Response::builder()
+        .header("x-body-sha256", digest)
+        .header("x-body-len", body.len())
+        .body(Full::new(Bytes::from_static(b"ok")))
+        .unwrap()
+}
+
+fn status(code: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .body(Full::new(Bytes::from_static(text.as_bytes())))
+        .unwrap()
+}
+
+/// A hyper-util client (HTTP/1) for bodies of type `B`.
+pub fn http1_client<B>() -> Client<HttpConnector, B>
+where
+    B: http_body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A hyper-util client speaking HTTP/2 without TLS, many requests over one connection.
+pub fn http2_client<B>() -> Client<HttpConnector, B>
+where
+    B: http_body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
