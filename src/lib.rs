@@ -7,7 +7,8 @@
 //! Flow, one direction: **file → token → store → layer → request**.
 //!
 //! - [`source`]: where bytes come from ([`TokenFile`], [`TokenLoader`]).
-//! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]).
+//! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
+//!   the token says about itself ([`TokenKind`]: a JWT's claims, a bootstrap token's id).
 //! - [`store`]: the current token behind an `ArcSwap`, single-flight reloads that keep the
 //!   last good token ([`TokenStore`]), refreshed in the background by a timer and a
 //!   directory watcher.
@@ -28,15 +29,20 @@
 #![deny(missing_docs, unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+mod clock;
+#[cfg(feature = "kube")]
+pub mod kube;
 pub mod layer;
 mod refresh;
 pub mod retry;
 pub mod source;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod token;
 
 pub use layer::{BearerLayer, BearerService};
 pub use retry::RetryUnauthorized;
 pub use source::{LoadError, TokenFile, TokenLoader};
 pub use store::{Reloaded, Status, TokenStore, WatchState};
-pub use token::{Fingerprint, Token, TokenError};
+pub use token::{Claims, Fingerprint, Freshness, Token, TokenError, TokenKind};

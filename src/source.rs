@@ -306,6 +306,13 @@ impl TokenLoader {
         self
     }
 
+    /// The wall clock the store compares token dates to (tests only).
+    #[cfg(test)]
+    pub(crate) fn clock(mut self, clock: crate::clock::Clock) -> Self {
+        self.options.clock = clock;
+        self
+    }
+
     /// Calls the loader once and returns a store that keeps the token fresh.
     pub async fn load(self) -> Result<TokenStore, LoadError> {
         let source = Source::Loader {

@@ -39,15 +39,19 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use crate::clock::Clock;
 use crate::refresh;
+use crate::refresh::expiry::ExpiryWarnings;
 use crate::source::{LoadError, Source};
-use crate::token::{Fingerprint, Token};
+use crate::token::{Fingerprint, Freshness, Token, TokenKind};
 
 /// Options shared by every kind of source.
 #[derive(Debug, Clone)]
 pub(crate) struct StoreOptions {
     pub(crate) refresh_interval: Option<Duration>,
     pub(crate) unauthorized_interval: Duration,
+    /// The wall clock that token dates are compared to.
+    pub(crate) clock: Clock,
 }
 
 impl Default for StoreOptions {
@@ -55,6 +59,7 @@ impl Default for StoreOptions {
         Self {
             refresh_interval: Some(Duration::from_secs(60)),
             unauthorized_interval: Duration::from_secs(1),
+            clock: Clock::default(),
         }
     }
 }
@@ -136,6 +141,16 @@ pub struct Status {
     pub fingerprint: Fingerprint,
     /// When the current token was read.
     pub loaded_at: SystemTime,
+    /// What the current token is: a JWT and its claims, a bootstrap token and its id, or
+    /// opaque.
+    pub kind: TokenKind,
+    /// When the current token expires (a JWT's `exp`).
+    pub expires_at: Option<SystemTime>,
+    /// When the current token is due to be replaced: a JWT's `warnafter`, else its `exp`.
+    pub rotate_hint: Option<SystemTime>,
+    /// How the current token stands against its dates now; [`Freshness::is_stale`] says
+    /// whether it is overdue for replacement or expired.
+    pub freshness: Freshness,
     /// Reads of the source, successful or not.
     pub reads: u64,
     /// Tokens installed after the first.
@@ -182,6 +197,7 @@ pub(crate) struct Shared {
     last_unauthorized_read: Mutex<Option<Instant>>,
     watch_state: Mutex<WatchState>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    expiry: ExpiryWarnings,
 }
 
 impl Drop for Shared {
@@ -232,7 +248,7 @@ impl TokenStore {
         watch_path: Option<PathBuf>,
     ) -> Result<Self, LoadError> {
         let first = source.read().await?.with_generation(1);
-        tracing::info!(source = ?source, token = %first.fingerprint(), "token loaded");
+        tracing::info!(source = ?source, token = %first, "token loaded");
         let store = TokenStore {
             shared: Arc::new(Shared {
                 current: ArcSwap::from_pointee(first),
@@ -251,8 +267,10 @@ impl TokenStore {
                 last_unauthorized_read: Mutex::new(None),
                 watch_state: Mutex::new(WatchState::Off),
                 tasks: Mutex::new(Vec::new()),
+                expiry: ExpiryWarnings::default(),
             }),
         };
+        store.check_expiry();
         if let Some(period) = store.shared.options.refresh_interval {
             let task = tokio::spawn(refresh::schedule::run(store.downgrade(), period));
             store.add_task(task.abort_handle());
@@ -273,6 +291,19 @@ impl TokenStore {
 
     pub(crate) fn set_watch_state(&self, state: WatchState) {
         *lock(&self.shared.watch_state) = state;
+    }
+
+    /// The wall clock that token dates are compared to.
+    pub(crate) fn clock(&self) -> Clock {
+        self.shared.options.clock
+    }
+
+    /// Warns (once per token) when the current token, just confirmed by a read of the
+    /// source, has expired or is overdue for rotation.
+    fn check_expiry(&self) {
+        let s = &self.shared;
+        s.expiry
+            .check(&s.current.load(), s.options.clock.now(), &s.source);
     }
 
     /// The current token. Lock-free.
@@ -317,6 +348,10 @@ impl TokenStore {
             generation: current.generation(),
             fingerprint: current.fingerprint(),
             loaded_at: current.loaded_at(),
+            kind: current.kind().clone(),
+            expires_at: current.expires_at(),
+            rotate_hint: current.rotate_hint(),
+            freshness: current.freshness_at(s.options.clock.now()),
             reads: get(&c.reads),
             rotations: get(&c.rotations),
             failures: get(&c.failures),
@@ -351,10 +386,10 @@ impl TokenStore {
             started + 1
         };
         let mut flight = s.flight.lock().await;
-        if s.reads_done.load(Ordering::Acquire) >= wanted {
-            if let Some(result) = &flight.last {
-                return result.clone();
-            }
+        if s.reads_done.load(Ordering::Acquire) >= wanted
+            && let Some(result) = &flight.last
+        {
+            return result.clone();
         }
         s.reads_started.fetch_add(1, Ordering::AcqRel);
         flight.last = None;
@@ -372,6 +407,7 @@ impl TokenStore {
             }
         };
         flight.last = Some(result.clone());
+        self.check_expiry();
         result
     }
 
@@ -403,7 +439,7 @@ impl TokenStore {
         tracing::info!(
             ?trigger,
             old = %old.fingerprint(),
-            new = %token.fingerprint(),
+            new = %token,
             generation = to,
             "token rotated"
         );

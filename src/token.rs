@@ -2,10 +2,18 @@
 //!
 //! A [`Token`] never shows its secret: `Debug` and `Display` print a short
 //! [`Fingerprint`] (the first 8 hex digits of the SHA-256 of the token), which is enough to
-//! tell two tokens apart in logs and nothing more.
+//! tell two tokens apart in logs, and what the token says about itself without its secret
+//! part ([`TokenKind`]):
+//!
+//! - a **JWT** (three base64url parts): its [`Claims`], read without verifying the
+//!   signature; logs show `sub`, `exp` and the Kubernetes `warnafter` hint;
+//! - a kubeadm **bootstrap token** (`abcdef.0123456789abcdef`): its public id, the part
+//!   before the dot; the rest is the secret;
+//! - anything else is **opaque**. A token that looks like a JWT but does not decode is a
+//!   valid opaque bearer token, just without claims.
 //!
 //! ```
-//! use bearer_reload::token::{Token, TokenError, DEFAULT_MAX_SIZE};
+//! use bearer_reload::token::{Token, TokenError, TokenKind, DEFAULT_MAX_SIZE};
 //!
 //! // `echo $TOKEN > file` leaves a newline: it is trimmed.
 //! let token = Token::parse(b"abc.def\n", DEFAULT_MAX_SIZE).unwrap();
@@ -16,6 +24,12 @@
 //! // A control byte inside the token is an error that says where, not what the token is.
 //! let err = Token::parse(b"abc\x07def", DEFAULT_MAX_SIZE).unwrap_err();
 //! assert_eq!(err, TokenError::InvalidByte { offset: 3 });
+//!
+//! // A bootstrap token shows its id, never its secret.
+//! let token = Token::parse(b"07401b.f395accd246ae52d", DEFAULT_MAX_SIZE).unwrap();
+//! assert_eq!(token.kind(), &TokenKind::Bootstrap { id: "07401b".into() });
+//! let shown = format!("{token} {token:?}");
+//! assert!(shown.contains("07401b") && !shown.contains("f395accd246ae52d"));
 //! ```
 
 use std::fmt;
@@ -23,6 +37,12 @@ use std::time::SystemTime;
 
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
+
+use crate::clock::Rfc3339;
+
+pub(crate) mod claims;
+
+pub use claims::{Claims, Freshness, KubernetesClaims};
 
 /// The default cap on the size of a token file: 64 KiB.
 pub const DEFAULT_MAX_SIZE: usize = 64 * 1024;
@@ -77,6 +97,71 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
+/// What a token is, as far as can be told without verifying it. Holds no secret.
+///
+/// ```
+/// use bearer_reload::token::{DEFAULT_MAX_SIZE, Token, TokenKind};
+///
+/// let kind = |t: &str| Token::parse(t.as_bytes(), DEFAULT_MAX_SIZE).unwrap().kind().clone();
+/// assert_eq!(kind("abcdef.0123456789abcdef"), TokenKind::Bootstrap { id: "abcdef".into() });
+/// // Not quite a bootstrap token (upper case), nor a JWT (the parts are not JSON).
+/// assert_eq!(kind("ABCDEF.0123456789abcdef"), TokenKind::Opaque);
+/// assert_eq!(kind("aaaa.bbbb.cccc"), TokenKind::Opaque);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenKind {
+    /// A JWT, with the claims read from its payload (the signature is not verified).
+    Jwt(Claims),
+    /// A kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
+    Bootstrap {
+        /// The public token id: the six characters before the dot.
+        id: String,
+    },
+    /// Any other token.
+    Opaque,
+}
+
+impl TokenKind {
+    fn detect(token: &str) -> Self {
+        if let Some(id) = bootstrap_id(token) {
+            TokenKind::Bootstrap { id: id.to_owned() }
+        } else if let Some(claims) = claims::decode(token) {
+            TokenKind::Jwt(claims)
+        } else {
+            TokenKind::Opaque
+        }
+    }
+
+    /// A short name: `jwt`, `bootstrap` or `opaque`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TokenKind::Jwt(_) => "jwt",
+            TokenKind::Bootstrap { .. } => "bootstrap",
+            TokenKind::Opaque => "opaque",
+        }
+    }
+
+    /// The JWT's claims, if the token is a JWT.
+    pub fn claims(&self) -> Option<&Claims> {
+        match self {
+            TokenKind::Jwt(claims) => Some(claims),
+            _ => None,
+        }
+    }
+}
+
+/// The id of a kubeadm bootstrap token: `[a-z0-9]{6}\.[a-z0-9]{16}`.
+fn bootstrap_id(token: &str) -> Option<&str> {
+    let (id, secret) = token.split_once('.')?;
+    let ok = |s: &str, len| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    (ok(id, 6) && ok(secret, 16)).then_some(id)
+}
+
 /// A validated bearer token, held as a prebuilt sensitive `Authorization` header value.
 ///
 /// Built by [`Token::parse`]; the [`TokenStore`](crate::TokenStore) gives it a generation
@@ -87,11 +172,15 @@ pub struct Token {
     digest: [u8; 32],
     generation: u64,
     loaded_at: SystemTime,
+    kind: TokenKind,
 }
 
 impl Token {
     /// Validates `bytes` as a token: trims leading and trailing ASCII whitespace, then
     /// requires at least one byte, only visible ASCII, and at most `max_size` input bytes.
+    ///
+    /// Also tells the token's [`kind`](Token::kind). A token that looks like a JWT but does
+    /// not decode is accepted as opaque: only the server can say whether it is valid.
     pub fn parse(bytes: &[u8], max_size: usize) -> Result<Self, TokenError> {
         if bytes.len() > max_size {
             return Err(TokenError::TooLarge { max: max_size });
@@ -115,12 +204,38 @@ impl Token {
         let mut header = HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
             .map_err(|_| TokenError::InvalidByte { offset: start })?;
         header.set_sensitive(true);
+        // Visible ASCII is UTF-8.
+        let kind = std::str::from_utf8(secret).map_or(TokenKind::Opaque, TokenKind::detect);
         Ok(Self {
             header,
             digest: Sha256::digest(secret).into(),
             generation: 0,
             loaded_at: SystemTime::now(),
+            kind,
         })
+    }
+
+    /// What the token is: a JWT with its claims, a bootstrap token with its id, or opaque.
+    pub fn kind(&self) -> &TokenKind {
+        &self.kind
+    }
+
+    /// When the token expires: a JWT's `exp`; `None` for other kinds.
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        self.kind.claims().and_then(|c| c.exp)
+    }
+
+    /// When the token is due to be replaced: a JWT's `warnafter`, else its `exp`; `None`
+    /// for other kinds. See [`Claims::rotate_hint`].
+    pub fn rotate_hint(&self) -> Option<SystemTime> {
+        self.kind.claims().and_then(Claims::rotate_hint)
+    }
+
+    /// How the token stands at `now` against the dates in its claims.
+    pub fn freshness_at(&self, now: SystemTime) -> Freshness {
+        self.kind
+            .claims()
+            .map_or(Freshness::Unknown, |c| c.freshness_at(now))
     }
 
     /// The `Authorization` header value, `Bearer <token>`, marked sensitive.
@@ -154,18 +269,51 @@ impl Token {
     }
 }
 
+/// Shows the kind, the fingerprint, the generation, and the non-secret parts: a JWT's
+/// `sub`, `exp` and `warnafter`, a bootstrap token's id.
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Token")
+        let mut d = f.debug_struct("Token");
+        d.field("kind", &format_args!("{}", self.kind.name()))
             .field("fingerprint", &self.fingerprint())
-            .field("generation", &self.generation)
-            .finish_non_exhaustive()
+            .field("generation", &self.generation);
+        match &self.kind {
+            TokenKind::Jwt(claims) => {
+                if let Some(sub) = &claims.sub {
+                    d.field("sub", sub);
+                }
+                if let Some(exp) = claims.exp {
+                    d.field("exp", &Rfc3339(exp));
+                }
+                if let Some(warnafter) = claims.warnafter() {
+                    d.field("warnafter", &Rfc3339(warnafter));
+                }
+            }
+            TokenKind::Bootstrap { id } => {
+                d.field("id", id);
+            }
+            TokenKind::Opaque => {}
+        }
+        d.finish_non_exhaustive()
     }
 }
 
+/// One line for logs: `jwt token 1a2b3c4d (sub system:serviceaccount:ns:app, exp
+/// 2026-11-29T13:00:07Z)`, `bootstrap token 1a2b3c4d (id abcdef)`, `opaque token 1a2b3c4d`.
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "token {}", self.fingerprint())
+        write!(f, "{} token {}", self.kind.name(), self.fingerprint())?;
+        match &self.kind {
+            TokenKind::Jwt(claims) => {
+                let summary = claims.summary().to_string();
+                if !summary.is_empty() {
+                    write!(f, " ({summary})")?;
+                }
+                Ok(())
+            }
+            TokenKind::Bootstrap { id } => write!(f, " (id {id})"),
+            TokenKind::Opaque => Ok(()),
+        }
     }
 }
 
@@ -256,5 +404,229 @@ mod tests {
         assert!(a.same_secret(&b));
         assert!(!a.same_secret(&c));
         assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+
+    mod kinds {
+        use super::super::*;
+        use crate::token::claims::tests::{at, service_account_claims, sign};
+        use base64::Engine as _;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use jsonwebtoken::Algorithm;
+        use proptest::prelude::*;
+        use std::time::{Duration, UNIX_EPOCH};
+
+        fn parse(t: &str) -> Token {
+            Token::parse(t.as_bytes(), DEFAULT_MAX_SIZE).unwrap()
+        }
+
+        /// Everything a token shows of itself: Debug (both forms), Display, its kind.
+        fn shown(t: &Token) -> String {
+            format!("{t:?}\n{t:#?}\n{t}\n{:?}\n{:#?}", t.kind(), t.kind())
+        }
+
+        #[test]
+        fn a_service_account_jwt_shows_sub_exp_and_warnafter_only() {
+            let iat = 1_800_000_000;
+            let jwt = sign(
+                Algorithm::RS256,
+                &service_account_claims(iat, iat + 365 * 86_400, Some(iat + 3607)),
+            );
+            let t = parse(&format!("{jwt}\n"));
+            let TokenKind::Jwt(claims) = t.kind() else {
+                panic!("{t:?}")
+            };
+            assert_eq!(claims.iat, Some(at(iat)));
+            assert_eq!(t.expires_at(), Some(at(iat + 365 * 86_400)));
+            assert_eq!(t.rotate_hint(), Some(at(iat + 3607)));
+            let fp = t.fingerprint();
+            assert_eq!(
+                t.to_string(),
+                format!(
+                    "jwt token {fp} (sub system:serviceaccount:payments:api, \
+                     exp 2028-01-15T08:00:00Z, warnafter 2027-01-15T09:00:07Z)"
+                )
+            );
+            assert_eq!(
+                format!("{t:?}"),
+                format!(
+                    "Token {{ kind: jwt, fingerprint: {fp}, generation: 0, \
+                     sub: \"system:serviceaccount:payments:api\", \
+                     exp: 2028-01-15T08:00:00Z, warnafter: 2027-01-15T09:00:07Z, .. }}"
+                )
+            );
+            let signature = jwt.rsplit('.').next().unwrap();
+            assert!(signature.len() > 300, "RS256 with a 2048-bit key");
+            let out = shown(&t);
+            assert!(!out.contains(signature) && !out.contains(&jwt), "{out}");
+        }
+
+        #[test]
+        fn bootstrap_tokens_show_their_id_and_never_their_secret() {
+            let t = parse("  07401b.f395accd246ae52d\n");
+            assert_eq!(
+                t.kind(),
+                &TokenKind::Bootstrap {
+                    id: "07401b".into()
+                }
+            );
+            assert_eq!(t.expires_at(), None);
+            assert_eq!(
+                t.freshness_at(std::time::SystemTime::now()),
+                Freshness::Unknown
+            );
+            let fp = t.fingerprint();
+            assert_eq!(t.to_string(), format!("bootstrap token {fp} (id 07401b)"));
+            let out = shown(&t);
+            assert!(out.contains("07401b"), "{out}");
+            assert!(!out.contains("f395accd246ae52d"), "{out}");
+        }
+
+        #[test]
+        fn wrong_bootstrap_shapes_are_opaque() {
+            for t in [
+                "07401B.f395accd246ae52d",  // upper case id
+                "07401b.f395accd246aE52d",  // upper case secret
+                "07401.f395accd246ae52d",   // id too short
+                "07401bb.f395accd246ae52d", // id too long
+                "07401b.f395accd246ae52",   // secret too short
+                "07401b.f395accd246ae52dd", // secret too long
+                "07401b-f395accd246ae52d",  // no dot
+                "07401b.f395accd.246ae52d", // two dots
+                "07401b.f395accd246ae52d.", // trailing dot
+                "07401_.f395accd246ae52d",  // not [a-z0-9]
+                "07401b..f395accd246ae52d", // empty part
+            ] {
+                let token = parse(t);
+                assert_eq!(token.kind(), &TokenKind::Opaque, "{t}");
+                assert_eq!(
+                    token.to_string(),
+                    format!("opaque token {}", token.fingerprint())
+                );
+                assert!(!shown(&token).contains(t));
+            }
+        }
+
+        #[test]
+        fn malformed_jwts_are_valid_opaque_tokens() {
+            for t in [
+                "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0",  // two parts
+                "eyJhbGciOiJSUzI1NiJ9.e!yJ.c2ln",        // bad base64
+                "eyJhbGciOiJSUzI1NiJ9.bm90IGpzb24.c2ln", // payload "not json"
+                "bm90IGpzb24.eyJzdWIiOiJ4In0.c2ln",      // header "not json"
+            ] {
+                let token = parse(t);
+                assert_eq!(token.kind(), &TokenKind::Opaque, "{t}");
+                assert_eq!(token.header_value(), &format!("Bearer {t}")[..]);
+            }
+        }
+
+        fn b64(bytes: &[u8]) -> String {
+            URL_SAFE_NO_PAD.encode(bytes)
+        }
+
+        /// A token, and the parts of it that must never be shown.
+        #[derive(Debug, Clone)]
+        struct Case {
+            token: String,
+            secrets: Vec<String>,
+            kind: &'static str,
+        }
+
+        fn opaque() -> impl Strategy<Value = Case> {
+            "[!-~]{16,200}".prop_map(|token| Case {
+                secrets: vec![token.clone()],
+                token,
+                kind: "any",
+            })
+        }
+
+        fn bootstrap() -> impl Strategy<Value = Case> {
+            ("[a-z0-9]{6}", "[a-z0-9]{16}").prop_map(|(id, secret)| Case {
+                token: format!("{id}.{secret}"),
+                secrets: vec![format!("{id}.{secret}"), secret],
+                kind: "bootstrap",
+            })
+        }
+
+        fn jwt() -> impl Strategy<Value = Case> {
+            (
+                "[A-Za-z0-9:._-]{1,40}",
+                0u64..4_000_000_000,
+                1u64..400_000_000,
+                proptest::option::of(1u64..100_000),
+                proptest::collection::vec(any::<u8>(), 32..300),
+            )
+                .prop_map(|(sub, iat, ttl, warn, signature)| {
+                    let mut k8s = serde_json::json!({"namespace": "ns"});
+                    if let Some(w) = warn {
+                        k8s["warnafter"] = (iat + w).into();
+                    }
+                    let payload = serde_json::json!({
+                        "sub": sub, "iat": iat, "exp": iat + ttl, "kubernetes.io": k8s,
+                    });
+                    let signature = b64(&signature);
+                    let token = format!(
+                        "{}.{}.{signature}",
+                        b64(br#"{"alg":"RS256","kid":"k"}"#),
+                        b64(payload.to_string().as_bytes())
+                    );
+                    Case {
+                        secrets: vec![token.clone(), signature],
+                        token,
+                        kind: "jwt",
+                    }
+                })
+        }
+
+        #[test]
+        fn nothing_shown_ever_contains_a_secret() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let strategy = prop_oneof![opaque(), bootstrap(), jwt()];
+            proptest!(ProptestConfig::with_cases(256), |(case in strategy, pad in "[ \t\r\n]{0,3}")| {
+                let input = format!("{pad}{}{pad}", case.token);
+                let token = Token::parse(input.as_bytes(), DEFAULT_MAX_SIZE).unwrap();
+                if case.kind != "any" {
+                    prop_assert_eq!(token.kind().name(), case.kind);
+                }
+                let status = rt.block_on(async {
+                    let bytes = input.clone().into_bytes();
+                    let store = crate::TokenLoader::new("prop", move || {
+                        let bytes = bytes.clone();
+                        async move { Ok::<_, std::io::Error>(bytes) }
+                    })
+                    .refresh_interval(None)
+                    .load()
+                    .await
+                    .unwrap();
+                    format!("{store:?}\n{:?}\n{:#?}", store.status(), store.status())
+                });
+                let out = format!("{}\n{status}", shown(&token));
+                prop_assert!(out.contains(&token.fingerprint().to_string()));
+                for secret in &case.secrets {
+                    prop_assert!(!out.contains(secret.as_str()), "{} in {}", secret, out);
+                }
+                if let TokenKind::Bootstrap { id } = token.kind() {
+                    let needle = ["id ", id].concat();
+                    prop_assert!(out.contains(&needle));
+                }
+            });
+        }
+
+        #[test]
+        fn dates_far_from_now_are_shown_without_panicking() {
+            let t = parse(&format!(
+                "{}.{}.",
+                b64(br#"{"alg":"none"}"#),
+                b64(br#"{"exp":253402300800,"iat":-62135596800}"#)
+            ));
+            assert_eq!(
+                t.expires_at(),
+                Some(UNIX_EPOCH + Duration::from_secs(253_402_300_800))
+            );
+            assert!(t.to_string().contains("exp 10000-01-01T00:00:00Z"), "{t}");
+        }
     }
 }

@@ -1,3 +1,4 @@
+#![allow(dead_code, unreachable_pub)]
 //! A local HTTP server that accepts only the bearer tokens it is told to accept, and records
 //! what it sees.
 

@@ -1,0 +1,367 @@
+//! A [`kube::Client`] whose token file reloads the moment it rotates, and whose 401s are
+//! retried once with the new token (feature `kube`).
+//!
+//! kube-rs reads a `tokenFile` (the in-cluster service-account token, or a kubeconfig user's
+//! `tokenFile`) again only about once a minute, and a request refused in between fails. The
+//! client built here takes the path out of the [`Config`], loads it into a [`TokenStore`]
+//! (directory watcher, timer, single-flight reloads) and puts a [`BearerLayer`] with
+//! [`RetryUnauthorized`] into kube's own stack. Everything else kube does stays as it is:
+//! base URI, TLS with the cluster CA, client certificates, impersonation and extra
+//! headers, the default namespace, and kube's retry of 429/503/504.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::Api;
+//!
+//! // In a pod: the projected service-account token, reloaded as the kubelet rotates it.
+//! let client = bearer_reload::kube::infer().await?;
+//! let configmaps: Api<ConfigMap> = Api::default_namespaced(client);
+//! for cm in configmaps.list(&Default::default()).await? {
+//!     println!("{}", cm.metadata.name.unwrap_or_default());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! With options, and the store back for health checks:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use bearer_reload::kube::{Options, ReloadingClient, client_with};
+//!
+//! let config = kube::Config::infer().await?;
+//! let options = Options::new().refresh_interval(Some(Duration::from_secs(30)));
+//! let ReloadingClient { client, store, .. } = client_with(config, options).await?;
+//! if let Some(store) = &store {
+//!     println!("token {} from {}", store.current(), store.status().source);
+//! }
+//! # let _ = client; Ok(()) }
+//! ```
+//!
+//! # Which configs get the reloading token
+//!
+//! Those whose user authenticates with a token file and nothing kube would use before it.
+//! kube picks, in this order: an auth provider, username and password, an inline `token`,
+//! a `tokenFile`, an exec plugin. So a config with both an inline token and a token file
+//! uses the inline token, as kube does. For every config that does not end up using its
+//! token file (inline tokens, client certificates, exec plugins, auth providers), kube's own
+//! client is returned unchanged, and a `debug` event says why. Client certificates given
+//! alongside a token file are used for TLS as kube uses them.
+//!
+//! # Where the layer sits
+//!
+//! Outermost → innermost, the stack is:
+//! kube's retry of 429/503/504 (when [`Config::default_retry`] is on) → [`BearerLayer`]
+//! with its 401 retry → a `Buffer` → kube's default stack (base URI, decompression,
+//! extra headers, tracing, the HTTPS client). Each attempt of kube's retry thus carries the
+//! token current at that moment, and each gets at most one 401 retry. Request bodies that
+//! kube buffers (all of `Api`'s) are replayed on a retry. kube's `Client` wraps the whole
+//! stack in its own `Buffer`, as it always does.
+//!
+//! Runnable examples: `examples/kube_incluster.rs` and `examples/kube_kubeconfig.rs`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ::kube::client::retry::RetryPolicy;
+use ::kube::client::{Body, ClientBuilder, DynBody};
+use ::kube::config::{AuthInfo, InferConfigError};
+use ::kube::{Client, Config};
+use http::{Request, Response};
+use tower::BoxError;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
+use tower_service::Service;
+
+use crate::layer::BearerLayer;
+use crate::retry::RetryUnauthorized;
+use crate::source::{LoadError, TokenFile};
+use crate::store::TokenStore;
+
+/// Requests that may wait for the inner stack: the bound of the `Buffer` that makes kube's
+/// default stack clonable (kube's own `Client` uses the same bound).
+const BUFFER: usize = 1024;
+
+/// Why a client could not be built. Never holds a token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The token file could not be loaded (the error names the path).
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// kube could not build its client from the config.
+    #[error(transparent)]
+    Kube(#[from] ::kube::Error),
+    /// No kubeconfig and no in-cluster environment was found ([`infer`]).
+    #[error(transparent)]
+    InferConfig(#[from] InferConfigError),
+}
+
+/// How the token file is reloaded, and whether 401s are retried.
+///
+/// The defaults are [`TokenFile`]'s: the directory is watched, the file is re-read every
+/// 60 s regardless, files up to 64 KiB are accepted, a 401 reloads at most once a second,
+/// and a request refused with 401 is sent once more when the reload found a new token.
+#[derive(Debug, Clone)]
+pub struct Options {
+    refresh_interval: Option<Option<Duration>>,
+    watch: bool,
+    max_size: Option<usize>,
+    unauthorized_reload_interval: Option<Duration>,
+    retry_unauthorized: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Options {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self {
+            refresh_interval: None,
+            watch: true,
+            max_size: None,
+            unauthorized_reload_interval: None,
+            retry_unauthorized: true,
+        }
+    }
+
+    /// How often the file is re-read regardless of any event (default 60 s); `None` turns
+    /// the timer off. See [`TokenFile::refresh_interval`].
+    pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
+        self.refresh_interval = Some(interval);
+        self
+    }
+
+    /// Whether to watch the file's directory for changes (default on). See
+    /// [`TokenFile::watch`].
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// The largest token file accepted, in bytes (default 64 KiB). See
+    /// [`TokenFile::max_size`].
+    pub fn max_size(mut self, max_size: usize) -> Self {
+        self.max_size = Some(max_size);
+        self
+    }
+
+    /// The least time between two re-reads triggered by 401s (default 1 s). See
+    /// [`TokenFile::unauthorized_reload_interval`].
+    pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
+        self.unauthorized_reload_interval = Some(interval);
+        self
+    }
+
+    /// Whether a request refused with 401 is sent once more with a newer token (default
+    /// on). Off, a 401 still reloads the token, for the requests that follow.
+    pub fn retry_unauthorized(mut self, retry: bool) -> Self {
+        self.retry_unauthorized = retry;
+        self
+    }
+
+    fn token_file(&self, path: PathBuf) -> TokenFile {
+        let mut file = TokenFile::new(path).watch(self.watch);
+        if let Some(interval) = self.refresh_interval {
+            file = file.refresh_interval(interval);
+        }
+        if let Some(max) = self.max_size {
+            file = file.max_size(max);
+        }
+        if let Some(interval) = self.unauthorized_reload_interval {
+            file = file.unauthorized_reload_interval(interval);
+        }
+        file
+    }
+}
+
+/// What [`client_with`] built: the client, and the store of its token when it has one.
+///
+/// ```no_run
+/// # async fn run(config: kube::Config) -> Result<(), bearer_reload::kube::Error> {
+/// use bearer_reload::kube::{Options, ReloadingClient, client_with};
+///
+/// let ReloadingClient { client, store, .. } = client_with(config, Options::new()).await?;
+/// # let _ = (client, store); Ok(()) }
+/// ```
+#[non_exhaustive]
+pub struct ReloadingClient {
+    /// The client; clone it freely, every clone shares the token.
+    pub client: Client,
+    /// The store the client's token comes from, for [`status`](TokenStore::status) and
+    /// [`subscribe`](TokenStore::subscribe); `None` when the config does not use a token
+    /// file and the client is kube's own.
+    pub store: Option<TokenStore>,
+}
+
+impl ReloadingClient {
+    /// The client alone. The store's background refresh lives on as long as the client
+    /// does.
+    pub fn into_client(self) -> Client {
+        self.client
+    }
+}
+
+impl From<ReloadingClient> for Client {
+    fn from(built: ReloadingClient) -> Self {
+        built.client
+    }
+}
+
+impl fmt::Debug for ReloadingClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadingClient")
+            .field("default_namespace", &self.client.default_namespace())
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+/// `kube::Config::infer()` then [`client`]: in a pod, the one line an app needs.
+///
+/// Fails when there is neither a kubeconfig nor an in-cluster environment, when the token
+/// file cannot be loaded, or when kube cannot build its client.
+pub async fn infer() -> Result<Client, Error> {
+    let config = Config::infer().await?;
+    client(config).await
+}
+
+/// A [`kube::Client`] for `config` whose token file is reloaded on every
+/// change and whose 401s are retried once, with the default [`Options`].
+///
+/// Configs that do not use a token file get kube's own client, unchanged (see the
+/// [module docs](self)). Must be called within a tokio runtime.
+pub async fn client(config: Config) -> Result<Client, Error> {
+    Ok(client_with(config, Options::new()).await?.client)
+}
+
+/// [`client`] with [`Options`], returning the token's store along with the client.
+///
+/// Fails, naming the path, when the token file is missing or does not hold a valid token;
+/// kube's own client would fail on every request instead.
+pub async fn client_with(mut config: Config, options: Options) -> Result<ReloadingClient, Error> {
+    let path = match token_file_in_use(&config.auth_info) {
+        Ok(path) => PathBuf::from(path),
+        Err(reason) => {
+            tracing::debug!(
+                auth = reason,
+                "kube config does not authenticate with a token file: using kube's own client"
+            );
+            let client = Client::try_from(config)?;
+            return Ok(ReloadingClient {
+                client,
+                store: None,
+            });
+        }
+    };
+    let store = options.token_file(path.clone()).load().await?;
+    tracing::debug!(
+        path = %path.display(),
+        token = %store.current(),
+        "kube client with a reloading token file"
+    );
+
+    // kube's auth layer sits closer to the wire than ours and would overwrite the header:
+    // with the path gone it has nothing to do. kube ignores an exec plugin when a token file
+    // is set; it must not start using it now.
+    config.auth_info.token_file = None;
+    config.auth_info.exec = None;
+    // kube's retry goes outside our layer, so that each attempt gets the current token.
+    let default_retry = std::mem::replace(&mut config.default_retry, false);
+    let builder = ClientBuilder::try_from(config)?.with_layer(&BufferLayer::new(BUFFER));
+    let layer = BearerLayer::new(store.clone());
+    let client = if options.retry_unauthorized {
+        let layer = layer.retry_unauthorized(RetryUnauthorized::new());
+        finish(builder.with_layer(&layer), default_retry)
+    } else {
+        finish(builder.with_layer(&layer), default_retry)
+    };
+    Ok(ReloadingClient {
+        client,
+        store: Some(store),
+    })
+}
+
+/// The token file kube would authenticate with, or which other kind of authentication it
+/// would use instead. The order is kube's (`Auth::try_from(&AuthInfo)` in kube-client).
+fn token_file_in_use(auth: &AuthInfo) -> Result<&str, &'static str> {
+    if auth.auth_provider.is_some() {
+        return Err("auth provider");
+    }
+    if auth.username.is_some() && auth.password.is_some() {
+        return Err("username and password");
+    }
+    if auth.token.is_some() {
+        return Err("inline token");
+    }
+    if let Some(path) = &auth.token_file {
+        return Ok(path);
+    }
+    if auth.exec.is_some() {
+        return Err("exec plugin");
+    }
+    if auth.client_certificate.is_some() || auth.client_certificate_data.is_some() {
+        return Err("client certificate");
+    }
+    Err("none")
+}
+
+fn finish<S>(builder: ClientBuilder<S>, default_retry: bool) -> Client
+where
+    S: Service<Request<Body>, Response = Response<Box<DynBody>>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    if default_retry {
+        builder
+            .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
+            .build()
+    } else {
+        builder.build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubes_precedence_decides_whether_the_token_file_is_used() {
+        let file = AuthInfo {
+            token_file: Some("/t".into()),
+            ..Default::default()
+        };
+        assert_eq!(token_file_in_use(&file), Ok("/t"));
+        let inline = AuthInfo {
+            token: Some("x".to_string().into()),
+            ..file.clone()
+        };
+        assert_eq!(token_file_in_use(&inline), Err("inline token"));
+        let basic = AuthInfo {
+            username: Some("u".into()),
+            password: Some("p".to_string().into()),
+            ..file.clone()
+        };
+        assert_eq!(token_file_in_use(&basic), Err("username and password"));
+        let user_only = AuthInfo {
+            username: Some("u".into()),
+            ..file.clone()
+        };
+        assert_eq!(token_file_in_use(&user_only), Ok("/t"));
+        assert_eq!(token_file_in_use(&AuthInfo::default()), Err("none"));
+    }
+
+    #[test]
+    fn errors_hold_no_token() {
+        let err = Error::from(LoadError::Directory { path: "/d".into() });
+        assert_eq!(err.to_string(), "token file /d is a directory");
+    }
+}

@@ -1,0 +1,62 @@
+//! Warnings about a token that the source should have replaced by now.
+//!
+//! Checked after each read of the source (never on the request path), so that "the file
+//! has not changed" is something the store has just seen, not a guess: the token in use is
+//! then the newest the source holds. Each warning is logged once per token (generation).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use tracing::field::display;
+
+use crate::clock::Rfc3339;
+use crate::token::{Freshness, Token};
+
+/// The generations already warned about, one counter per warning.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryWarnings {
+    expired: AtomicU64,
+    overdue: AtomicU64,
+}
+
+impl ExpiryWarnings {
+    /// Warns, once per token, when `token`, just confirmed as the newest the source holds,
+    /// has expired or is overdue for rotation at `now`.
+    pub(crate) fn check(&self, token: &Token, now: SystemTime, source: &dyn fmt::Debug) {
+        let generation = token.generation();
+        // `fetch_max`: a check of an older token that finishes late cannot re-arm a warning.
+        let first = |seen: &AtomicU64| seen.fetch_max(generation, Ordering::AcqRel) < generation;
+        let claims = token.kind().claims();
+        let exp = claims.and_then(|c| c.exp).map(|t| display(Rfc3339(t)));
+        match token.freshness_at(now) {
+            Freshness::Expired => {
+                // An expired token is past overdue too: one warning says it all.
+                self.overdue.fetch_max(generation, Ordering::AcqRel);
+                if first(&self.expired) {
+                    tracing::warn!(
+                        ?source,
+                        %token,
+                        exp,
+                        "the token in use has expired and its source holds no newer token: \
+                         the server will refuse it"
+                    );
+                }
+            }
+            Freshness::Overdue if first(&self.overdue) => {
+                let warnafter = claims
+                    .and_then(|c| c.warnafter())
+                    .map(|t| display(Rfc3339(t)));
+                tracing::warn!(
+                    ?source,
+                    %token,
+                    exp,
+                    warnafter,
+                    "the token in use is overdue for rotation and its source holds no \
+                     newer token (a subPath mount, or a kubelet or writer that stopped?)"
+                );
+            }
+            _ => {}
+        }
+    }
+}

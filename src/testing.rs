@@ -1,0 +1,420 @@
+//! Token writers for tests (feature `testing`): rotate a token file the way real writers
+//! do, and check that your application follows.
+//!
+//! [`ProjectedTokenDir`] reproduces the kubelet's `AtomicWriter`, the writer behind every
+//! projected service-account token, secret and config map volume, step by step. The plain
+//! functions reproduce the other common styles: [`rename_over`] (editors, `mv`, most
+//! agents), [`truncate_and_write`] (`echo > file`, naive writers) and [`write_in_chunks`]
+//! (a slow writer whose half-written file a reader can see).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use bearer_reload::TokenFile;
+//! use bearer_reload::testing::ProjectedTokenDir;
+//!
+//! let tmp = tempfile::tempdir()?;
+//! let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), "first")?;
+//! let store = TokenFile::new(volume.token_path()).load().await?;
+//! let mut generations = store.subscribe();
+//!
+//! volume.rotate("second")?;
+//! tokio::time::timeout(Duration::from_secs(5), generations.changed()).await??;
+//! assert_eq!(store.current().header_value(), "Bearer second");
+//! # Ok(()) }
+//! ```
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The symlink to the current timestamped directory.
+const DATA_DIR: &str = "..data";
+/// The symlink renamed over [`DATA_DIR`].
+const NEW_DATA_DIR: &str = "..data_tmp";
+
+/// A projected volume directory written exactly as the kubelet's `AtomicWriter` writes it
+/// (`pkg/volume/util/atomic_writer.go`).
+///
+/// The layout, after any number of rotations:
+///
+/// ```text
+/// <dir>/token   -> ..data/token                      (created once, never changes)
+/// <dir>/..data  -> ..2026_11_29_12_00_00.123456789   (replaced by a rename)
+/// <dir>/..2026_11_29_12_00_00.123456789/token        (the bytes; mode 0644)
+/// ```
+///
+/// Each [`rotate`](Self::rotate):
+/// 1. creates a new timestamped directory (`..YYYY_MM_DD_HH_MM_SS.<digits>`, UTC, mode
+///    0755),
+/// 2. writes the file inside it,
+/// 3. creates the user-visible symlink `token -> ..data/token` if it does not exist,
+/// 4. creates the symlink `..data_tmp -> <new timestamped directory>`,
+/// 5. renames `..data_tmp` over `..data` (the atomic switch),
+/// 6. removes the previous timestamped directory.
+///
+/// A watch on `token` itself follows the symlinks to the old file and dies at step 6; a
+/// reader that opens `token` sees either the old or the new bytes, never a mix.
+#[derive(Debug, Clone)]
+pub struct ProjectedTokenDir {
+    dir: PathBuf,
+    file_name: String,
+}
+
+impl ProjectedTokenDir {
+    /// Creates `dir` (and its parents) if needed and writes the first `token` as the file
+    /// `token` in it.
+    pub fn create(dir: impl Into<PathBuf>, token: impl AsRef<[u8]>) -> io::Result<Self> {
+        Self::create_named(dir, "token", token)
+    }
+
+    /// Like [`create`](Self::create), with another file name (a projected volume's `path`).
+    ///
+    /// The name must be one plain file name that does not start with `..`. Like the
+    /// kubelet's writer, a `ProjectedTokenDir` owns its directory's `..data`: use one
+    /// directory per writer.
+    pub fn create_named(
+        dir: impl Into<PathBuf>,
+        file_name: &str,
+        token: impl AsRef<[u8]>,
+    ) -> io::Result<Self> {
+        let plain = Path::new(file_name)
+            .file_name()
+            .is_some_and(|n| n == file_name);
+        if !plain || file_name.starts_with("..") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid projected file name {file_name:?}"),
+            ));
+        }
+        let this = Self {
+            dir: dir.into(),
+            file_name: file_name.to_owned(),
+        };
+        fs::create_dir_all(&this.dir)?;
+        this.rotate(token)?;
+        Ok(this)
+    }
+
+    /// Writes a new token with the kubelet's sequence (see the type's documentation).
+    ///
+    /// Returns the instant taken just before the rename of `..data_tmp` over `..data`: the
+    /// moment the new token becomes visible, from which a reload latency is measured.
+    pub fn rotate(&self, token: impl AsRef<[u8]>) -> io::Result<Instant> {
+        let data_dir = self.dir.join(DATA_DIR);
+        let old = match fs::read_link(&data_dir) {
+            Ok(old) => Some(self.dir.join(old)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+
+        let ts_dir = self.new_timestamp_dir()?;
+        let ts_name = ts_dir.file_name().expect("a file name").to_owned();
+
+        let file = ts_dir.join(&self.file_name);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&file)?;
+        f.write_all(token.as_ref())?;
+        drop(f);
+        // The mode must not depend on the umask.
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644))?;
+
+        let visible = self.token_path();
+        match fs::read_link(&visible) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                symlink(Path::new(DATA_DIR).join(&self.file_name), &visible)?;
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+
+        let new_data_dir = self.dir.join(NEW_DATA_DIR);
+        if let Err(e) = symlink(&ts_name, &new_data_dir) {
+            let _ = fs::remove_dir_all(&ts_dir);
+            return Err(e);
+        }
+        let renamed_at = Instant::now();
+        if let Err(e) = fs::rename(&new_data_dir, &data_dir) {
+            let _ = fs::remove_file(&new_data_dir);
+            let _ = fs::remove_dir_all(&ts_dir);
+            return Err(e);
+        }
+
+        if let Some(old) = old {
+            match fs::remove_dir_all(&old) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(renamed_at)
+    }
+
+    /// The user-visible file, `<dir>/token`: the path to give
+    /// [`TokenFile::new`](crate::TokenFile::new).
+    pub fn token_path(&self) -> PathBuf {
+        self.dir.join(&self.file_name)
+    }
+
+    /// The volume's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The current timestamped directory (the target of `..data`).
+    pub fn data_dir(&self) -> io::Result<PathBuf> {
+        Ok(self.dir.join(fs::read_link(self.dir.join(DATA_DIR))?))
+    }
+
+    /// Creates `..YYYY_MM_DD_HH_MM_SS.<digits>` like Go's `os.MkdirTemp`: mode 0700, then
+    /// 0755 whatever the umask.
+    fn new_timestamp_dir(&self) -> io::Result<PathBuf> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let prefix = timestamp_prefix(SystemTime::now());
+        loop {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos();
+            let suffix =
+                nanos.wrapping_add(COUNTER.fetch_add(7919, Ordering::Relaxed)) % 1_000_000_000;
+            let path = self.dir.join(format!("{prefix}{suffix:09}"));
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+                    return Ok(path);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// `..YYYY_MM_DD_HH_MM_SS.` in UTC (Go layout `..2006_01_02_15_04_05.`).
+fn timestamp_prefix(at: SystemTime) -> String {
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "..{y:04}_{m:02}_{d:02}_{:02}_{:02}_{:02}.",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Replaces `path` the way editors, `mv` and most agents do: writes the bytes to a
+/// temporary file in the same directory, then renames it over `path`.
+///
+/// A reader sees the old file or the new one, never a mix; a watch on `path` itself stays
+/// on the old, now unlinked, inode.
+pub fn rename_over(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    let path = path.as_ref();
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    fs::write(&tmp, bytes)?;
+    fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
+/// Rewrites `path` in place: opens it with `O_TRUNC` (creating it if needed), then writes.
+///
+/// Between the two a reader sees an empty file.
+pub fn truncate_and_write(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    f.write_all(bytes.as_ref())
+}
+
+/// Rewrites `path` in place in two writes with a `pause` between them, as a slow writer
+/// does: during the pause a reader sees an empty file, then `first` alone.
+///
+/// Blocks the calling thread for `pause`: from async code, call it in
+/// `tokio::task::spawn_blocking`.
+pub fn write_in_chunks(
+    path: impl AsRef<Path>,
+    first: impl AsRef<[u8]>,
+    pause: Duration,
+    rest: impl AsRef<[u8]>,
+) -> io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    f.write_all(first.as_ref())?;
+    std::thread::sleep(pause);
+    f.write_all(rest.as_ref())
+}
+
+/// Counts of the process-wide directory watcher registry (for this crate's own tests).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchRegistry {
+    /// Directories the watcher holds a watch for.
+    pub directories: usize,
+    /// Stores subscribed to a directory, over all directories.
+    pub subscribers: usize,
+    /// Whether the process's one `notify` watcher (an inotify instance) exists.
+    pub watcher: bool,
+}
+
+/// The process-wide directory watcher registry's counts (for this crate's own tests).
+#[doc(hidden)]
+pub fn watch_registry() -> WatchRegistry {
+    let stats = crate::refresh::watch::stats();
+    WatchRegistry {
+        directories: stats.directories,
+        subscribers: stats.subscribers,
+        watcher: stats.watcher,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn is_timestamp_dir(name: &str) -> bool {
+        // ..YYYY_MM_DD_HH_MM_SS.<9 digits>
+        let b = name.as_bytes();
+        name.len() == 2 + 19 + 1 + 9
+            && name.starts_with("..")
+            && b[2..].iter().enumerate().all(|(i, c)| match i {
+                4 | 7 | 10 | 13 | 16 => *c == b'_',
+                19 => *c == b'.',
+                _ => c.is_ascii_digit(),
+            })
+    }
+
+    #[test]
+    fn the_layout_matches_the_kubelet_after_each_rotation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = ProjectedTokenDir::create(tmp.path().join("a/b"), "one\n").unwrap();
+        let mut seen = Vec::new();
+        for (i, token) in ["one\n", "two", "three"].into_iter().enumerate() {
+            if i > 0 {
+                vol.rotate(token).unwrap();
+            }
+            let names = entries(vol.dir());
+            assert_eq!(names.len(), 3, "{names:?}");
+            // Sorted: "..2" comes before "..d".
+            assert!(is_timestamp_dir(&names[0]), "{names:?}");
+            assert_eq!(names[1], "..data");
+            assert_eq!(names[2], "token");
+            assert_eq!(
+                fs::read_link(vol.token_path()).unwrap(),
+                Path::new("..data/token")
+            );
+            assert_eq!(
+                fs::read_link(vol.dir().join("..data")).unwrap(),
+                Path::new(&names[0]),
+                "..data is a relative link to the timestamped directory"
+            );
+            assert_eq!(vol.data_dir().unwrap(), vol.dir().join(&names[0]));
+            assert_eq!(fs::read(vol.token_path()).unwrap(), token.as_bytes());
+            let ts_meta = fs::metadata(vol.dir().join(&names[0])).unwrap();
+            assert_eq!(ts_meta.permissions().mode() & 0o777, 0o755);
+            let file_meta = fs::symlink_metadata(vol.dir().join(&names[0]).join("token")).unwrap();
+            assert!(file_meta.is_file());
+            assert_eq!(file_meta.permissions().mode() & 0o777, 0o644);
+            assert_eq!(entries(&vol.dir().join(&names[0])), ["token"]);
+            assert!(!seen.contains(&names[0]), "a new directory each time");
+            seen.push(names[0].clone());
+        }
+    }
+
+    #[test]
+    fn the_visible_symlink_is_created_once() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
+        let before = fs::symlink_metadata(vol.token_path()).unwrap().ino();
+        let renamed_at = vol.rotate("two").unwrap();
+        assert!(renamed_at <= Instant::now());
+        let after = fs::symlink_metadata(vol.token_path()).unwrap().ino();
+        assert_eq!(before, after, "token is never replaced");
+        assert!(!tmp.path().join("..data_tmp").exists());
+    }
+
+    #[test]
+    fn named_files_and_invalid_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = ProjectedTokenDir::create_named(tmp.path(), "vault-token", "x").unwrap();
+        assert_eq!(vol.token_path(), tmp.path().join("vault-token"));
+        assert_eq!(fs::read(vol.token_path()).unwrap(), b"x");
+        for bad in ["", "..x", "a/b", "..", "/abs"] {
+            let err = ProjectedTokenDir::create_named(tmp.path(), bad, "x").unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad}");
+        }
+    }
+
+    #[test]
+    fn timestamps_are_utc_in_the_go_layout() {
+        let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
+        assert_eq!(timestamp_prefix(at(0)), "..1970_01_01_00_00_00.");
+        assert_eq!(
+            timestamp_prefix(at(1_795_953_600)),
+            "..2026_11_29_12_00_00."
+        );
+        assert_eq!(timestamp_prefix(at(951_868_799)), "..2000_02_29_23_59_59.");
+    }
+
+    #[test]
+    fn plain_writers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("token");
+        rename_over(&path, "a").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"a");
+        rename_over(&path, "b").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"b");
+        assert_eq!(entries(tmp.path()), ["token"], "no temporary file left");
+        truncate_and_write(&path, "longer-token").unwrap();
+        truncate_and_write(&path, "c").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"c");
+        write_in_chunks(&path, "de", Duration::from_millis(1), "f").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"def");
+    }
+}

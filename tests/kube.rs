@@ -1,0 +1,347 @@
+//! `bearer_reload::kube` against a local HTTPS Kubernetes-like API server: a kubeconfig
+//! written by the test (`certificate-authority-data` + `tokenFile`), read the way kube reads
+//! it, and a token file rotated the way the kubelet rotates it.
+
+mod support;
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use bearer_reload::kube::{Error, Options, ReloadingClient, client, client_with};
+use bearer_reload::testing::ProjectedTokenDir;
+use http::{Method, StatusCode};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Config};
+use support::kube_api::{KubeApi, User};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const NS: &str = "team-a";
+
+async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(DEADLINE, f).await.expect("deadline")
+}
+
+/// What `kube` makes of a kubeconfig file.
+async fn config_from(path: &Path) -> Config {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
+
+/// A server accepting `token`, a kubelet-style token volume holding it, and the config of
+/// a kubeconfig pointing at both.
+async fn setup(tmp: &tempfile::TempDir, token: &str) -> (KubeApi, ProjectedTokenDir, Config) {
+    let server = KubeApi::start().await;
+    server.accept_only(token);
+    let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), token).unwrap();
+    let config = config_from(&server.kubeconfig(&volume.token_path(), NS)).await;
+    (server, volume, config)
+}
+
+/// Only a 401 (or the test) reloads the token: the 401 path is deterministic.
+fn quiet() -> Options {
+    Options::new().watch(false).refresh_interval(None)
+}
+
+fn configmap(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("value".to_owned(), value.to_owned())].into()),
+        ..ConfigMap::default()
+    }
+}
+
+fn names(list: &[ConfigMap]) -> Vec<String> {
+    list.iter()
+        .map(|cm| cm.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+fn api_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_creates_and_gets_through_a_kubeconfig_token_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, _volume, config) = setup(&tmp, "one").await;
+    server.add_pod(NS, "web-0");
+    let client = client(config).await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+
+    let empty = within(cms.list(&ListParams::default())).await.unwrap();
+    assert!(empty.items.is_empty());
+    assert!(empty.metadata.resource_version.is_some());
+
+    let created = within(cms.create(&PostParams::default(), &configmap("settings", "a")))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.namespace.as_deref(), Some(NS));
+    assert!(created.metadata.uid.is_some());
+    assert!(created.metadata.resource_version.is_some());
+    assert!(created.metadata.creation_timestamp.is_some());
+    assert_eq!(created.data.unwrap()["value"], "a");
+
+    let listed = within(cms.list(&ListParams::default())).await.unwrap();
+    assert_eq!(names(&listed.items), ["settings"]);
+    let got = within(cms.get("settings")).await.unwrap();
+    assert_eq!(got.metadata.uid, created.metadata.uid);
+
+    let again = within(cms.create(&PostParams::default(), &configmap("settings", "b"))).await;
+    let err = again.unwrap_err();
+    assert_eq!(api_code(&err), Some(409), "{err:?}");
+    assert!(matches!(&err, kube::Error::Api(s) if s.reason == "AlreadyExists"));
+
+    let pods: Api<Pod> = Api::namespaced(client, NS);
+    let pod = within(pods.get("web-0")).await.unwrap();
+    assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Running"));
+    let err = within(pods.get("web-1")).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(404), "{err:?}");
+
+    assert_eq!(server.refused(), 0);
+    assert!(server.tokens().iter().all(|t| t == "one"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_refused_after_a_rotation_is_replayed_with_the_new_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, volume, config) = setup(&tmp, "one").await;
+    let ReloadingClient { client, store, .. } = client_with(config, quiet()).await.unwrap();
+    let store = store.expect("a token file config has a store");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    // Kubelet-style rotation, and the server revokes the old token at once.
+    volume.rotate("two").unwrap();
+    server.accept_only("two");
+    let created = within(cms.create(&PostParams::default(), &configmap("after", "payload")))
+        .await
+        .unwrap();
+    assert_eq!(created.data.unwrap()["value"], "payload");
+    let stored = server.configmap(NS, "after").expect("stored");
+    assert_eq!(stored["data"]["value"], "payload", "the body was replayed");
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    let status = store.status();
+    assert_eq!(status.generation, 2);
+    assert_eq!(status.unauthorized.seen, 1);
+    assert_eq!(status.unauthorized.reloads, 1);
+    assert_eq!(status.unauthorized.retries, 1);
+    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    let seen = server.seen();
+    let calls: Vec<_> = seen
+        .iter()
+        .map(|s| {
+            (
+                s.method.clone(),
+                s.token.clone().unwrap_or_default(),
+                s.accepted,
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (Method::GET, "one".to_owned(), true),
+            (Method::POST, "one".to_owned(), false),
+            (Method::POST, "two".to_owned(), true),
+            (Method::GET, "two".to_owned(), true),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_defaults_every_call_after_a_rotation_succeeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, volume, config) = setup(&tmp, "one").await;
+    let built = client_with(config, Options::new()).await.unwrap();
+    let store = built.store.clone().expect("a store");
+    let cms: Api<ConfigMap> = Api::default_namespaced(built.into_client());
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    // No waiting: the watcher or the 401, whichever comes first, brings the new token.
+    volume.rotate("two").unwrap();
+    server.accept_only("two");
+    within(cms.create(&PostParams::default(), &configmap("a", "two")))
+        .await
+        .unwrap();
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    // Once the watcher has seen a rotation, no request is refused at all.
+    let mut generations = store.subscribe();
+    volume.rotate("three").unwrap();
+    within(generations.wait_for(|&g| g >= 3)).await.unwrap();
+    server.accept_only("three");
+    let refused = server.refused();
+    within(cms.create(&PostParams::default(), &configmap("b", "three")))
+        .await
+        .unwrap();
+    assert_eq!(server.refused(), refused);
+    assert_eq!(server.tokens().last().map(String::as_str), Some("three"));
+    assert_eq!(store.status().watch, bearer_reload::WatchState::Active);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubes_own_client_fails_after_the_same_rotation() {
+    // If this test fails, kube handles rotations itself now: update the README.
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, volume, config) = setup(&tmp, "one").await;
+    let own = kube::Client::try_from(config).unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(own);
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    volume.rotate("two").unwrap();
+    server.accept_only("two");
+    let err = within(cms.list(&ListParams::default())).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(401), "{err:?}");
+    let post = within(cms.create(&PostParams::default(), &configmap("after", "x"))).await;
+    assert_eq!(api_code(&post.unwrap_err()), Some(401));
+    assert!(server.configmap(NS, "after").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_ending_in_a_newline_works_where_kubes_own_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = KubeApi::start().await;
+    server.accept_only("plain");
+    let path = tmp.path().join("token");
+    std::fs::write(&path, "plain\n").unwrap();
+    let kubeconfig = server.kubeconfig(&path, NS);
+
+    let ours = client(config_from(&kubeconfig).await).await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(ours);
+    within(cms.list(&ListParams::default())).await.unwrap();
+    assert_eq!(server.tokens(), ["plain"]);
+
+    // If this fails, kube trims token files now: update the README.
+    let own = kube::Client::try_from(config_from(&kubeconfig).await).unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(own);
+    let err = within(cms.list(&ListParams::default())).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Service(_)), "{err:?}");
+    let mut chain = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        chain += &format!(": {e}");
+        source = e.source();
+    }
+    assert!(chain.contains("invalid bearer token"), "{chain}");
+    assert_eq!(server.requests(), 1, "kube's request never left the client");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_and_the_default_namespace_reach_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = KubeApi::start().await;
+    server.accept_only("one");
+    let volume = ProjectedTokenDir::create(tmp.path().join("sa"), "one").unwrap();
+    let token_path = volume.token_path();
+    let user = User {
+        token_file: Some(&token_path),
+        impersonate: Some("jane"),
+        impersonate_groups: &["devs", "ops"],
+        ..User::default()
+    };
+    let config = config_from(&server.kubeconfig_for(&user, "team-b")).await;
+    assert_eq!(config.default_namespace, "team-b");
+    let ReloadingClient { client, .. } = client_with(config, quiet()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    within(cms.list(&ListParams::default())).await.unwrap();
+    // The retried request keeps them too.
+    volume.rotate("two").unwrap();
+    server.accept_only("two");
+    within(cms.create(&PostParams::default(), &configmap("x", "y")))
+        .await
+        .unwrap();
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 3);
+    for s in &seen {
+        assert_eq!(s.namespace.as_deref(), Some("team-b"), "{}", s.path);
+        assert_eq!(s.impersonate_user.as_deref(), Some("jane"));
+        assert_eq!(s.impersonate_groups, ["devs", "ops"]);
+    }
+    assert_eq!(server.tokens(), ["one", "one", "two"]);
+    assert!(server.configmap("team-b", "x").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubes_retry_of_503_still_applies_and_each_attempt_has_the_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, _volume, config) = setup(&tmp, "one").await;
+    assert!(config.default_retry);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(config).await.unwrap());
+    server.fail_next(2, StatusCode::SERVICE_UNAVAILABLE);
+    within(cms.list(&ListParams::default())).await.unwrap();
+    assert_eq!(server.tokens(), ["one", "one", "one"]);
+    assert_eq!(server.refused(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_without_a_token_file_gets_kubes_own_client() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = KubeApi::start().await;
+    server.accept_only("inline");
+
+    let inline = User {
+        token: Some("inline"),
+        ..User::default()
+    };
+    let config = config_from(&server.kubeconfig_for(&inline, NS)).await;
+    let built = client_with(config, Options::new()).await.unwrap();
+    assert!(built.store.is_none());
+    let cms: Api<ConfigMap> = Api::default_namespaced(built.into_client());
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    // Both: kube uses the inline token first, and so do we.
+    let path = tmp.path().join("token");
+    std::fs::write(&path, "from-file").unwrap();
+    let both = User {
+        token: Some("inline"),
+        token_file: Some(&path),
+        ..User::default()
+    };
+    let config = config_from(&server.kubeconfig_for(&both, NS)).await;
+    let built = client_with(config, Options::new()).await.unwrap();
+    assert!(built.store.is_none());
+    let cms: Api<ConfigMap> = Api::default_namespaced(built.client);
+    within(cms.list(&ListParams::default())).await.unwrap();
+
+    assert_eq!(server.tokens(), ["inline", "inline"]);
+}
+
+#[tokio::test]
+async fn a_missing_token_file_is_an_error_naming_the_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = KubeApi::start().await;
+    let path = tmp.path().join("no-such-token");
+    let config = config_from(&server.kubeconfig(&path, NS)).await;
+    let Err(err) = client(config).await else {
+        panic!("a missing token file must fail");
+    };
+    assert!(matches!(err, Error::Load(_)), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_test_server_writes_kubernetes_timestamps() {
+    use std::time::UNIX_EPOCH;
+    use support::kube_api::rfc3339;
+    assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+    let t = UNIX_EPOCH + Duration::from_secs(1_772_323_199);
+    assert_eq!(rfc3339(t), "2026-02-28T23:59:59Z");
+    let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
+    assert_eq!(rfc3339(t), "2000-02-29T00:00:00Z");
+}

@@ -1,0 +1,105 @@
+//! One watcher per process: many stores share one inotify instance and one watch per
+//! directory, and dropping them leaves nothing behind. Alone in its binary, because it
+//! counts the process-wide registry and the process's file descriptors.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bearer_reload::testing::{rename_over, watch_registry};
+use bearer_reload::{TokenFile, TokenStore};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// The process's inotify instances, from /proc/self/fd.
+fn inotify_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target == Path::new("anon_inode:inotify"))
+        .count()
+}
+
+/// The process's threads named by notify's inotify backend ("notify-rs inotify loop",
+/// truncated to 15 bytes by the kernel).
+fn notify_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.starts_with("notify-rs"))
+        .count()
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_stores_on_twenty_files_in_five_directories() {
+    assert_eq!(inotify_fds(), 0);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for d in 0..5 {
+        let dir = tmp.path().join(format!("dir{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..4 {
+            let path = dir.join(format!("token{f}"));
+            std::fs::write(&path, format!("t-{d}-{f}")).unwrap();
+            files.push(path);
+        }
+    }
+    // Another spelling of a directory is the same directory.
+    std::os::unix::fs::symlink(tmp.path().join("dir0"), tmp.path().join("alias")).unwrap();
+
+    let mut stores: Vec<TokenStore> = Vec::new();
+    for i in 0..200 {
+        let path = if i == 0 {
+            tmp.path().join("alias/./token0")
+        } else {
+            files[i % files.len()].clone()
+        };
+        stores.push(
+            TokenFile::new(path)
+                .refresh_interval(None)
+                .load()
+                .await
+                .unwrap(),
+        );
+    }
+    let registry = watch_registry();
+    assert_eq!(registry.directories, 5);
+    assert_eq!(registry.subscribers, 200);
+    assert!(registry.watcher);
+    assert_eq!(inotify_fds(), 1, "one inotify instance for the process");
+    assert_eq!(notify_threads(), 1);
+
+    // Every store of a rotated file follows.
+    rename_over(&files[7], "rotated").unwrap();
+    for store in stores.iter().skip(7).step_by(files.len()) {
+        let mut rx = store.subscribe();
+        tokio::time::timeout(DEADLINE, async {
+            while store.current().header_value() != "Bearer rotated" {
+                rx.changed().await.unwrap();
+            }
+        })
+        .await
+        .expect("every store of the file reloads");
+    }
+
+    // Dropping all the stores of one directory releases its watch.
+    stores.retain(|s| !s.status().source.contains("dir4"));
+    eventually("dir4 released", || watch_registry().directories == 4).await;
+
+    drop(stores);
+    eventually("every watch released", || {
+        let r = watch_registry();
+        r.directories == 0 && r.subscribers == 0 && !r.watcher
+    })
+    .await;
+    // The watcher's thread closes the inotify descriptor shortly after it is dropped.
+    eventually("no inotify fd", || inotify_fds() == 0).await;
+    eventually("no notify thread", || notify_threads() == 0).await;
+}
