@@ -12,7 +12,7 @@
 //! use http::{Request, Response, header::AUTHORIZATION};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
-//! let store = TokenLoader::new("example", || async { Ok(b"abc\n".to_vec()) })
+//! let store = TokenLoader::new("example", || async { Ok::<_, std::io::Error>(b"abc\n".to_vec()) })
 //!     .load()
 //!     .await?;
 //! let client = ServiceBuilder::new()

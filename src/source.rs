@@ -243,7 +243,7 @@ impl TokenFile {
 /// # async fn main() {
 /// use bearer_reload::TokenLoader;
 ///
-/// let store = TokenLoader::new("static", || async { Ok(b"abc".to_vec()) })
+/// let store = TokenLoader::new("static", || async { Ok::<_, std::io::Error>(b"abc".to_vec()) })
 ///     .load()
 ///     .await
 ///     .unwrap();
