@@ -1,0 +1,43 @@
+//! The JWT claims decoder, reached through `Token::parse` of `header.payload.signature`
+//! built from the fuzzer's input: never panics, and shows no signature.
+#![no_main]
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bearer_reload::token::{DEFAULT_MAX_SIZE, Token};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    // The first byte picks how the payload is built; the rest is split in two at the
+    // second byte: a JSON payload (raw) and a signature.
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let split = rest.first().map_or(0, |&b| b as usize).min(rest.len());
+    let (raw, signature) = rest.split_at(split);
+    let payload = raw;
+    let header = if mode & 1 == 0 {
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","kid":"k"}"#)
+    } else {
+        URL_SAFE_NO_PAD.encode(payload)
+    };
+    let payload = if mode & 2 == 0 {
+        URL_SAFE_NO_PAD.encode(payload)
+    } else {
+        // The raw bytes as the payload part: exercises the base64 decoder on junk.
+        String::from_utf8_lossy(payload).into_owned()
+    };
+    let signature = URL_SAFE_NO_PAD.encode(signature);
+    let jwt = format!("{header}.{payload}.{signature}");
+    if let Ok(token) = Token::parse(jwt.as_bytes(), DEFAULT_MAX_SIZE) {
+        let shown = format!("{token:?} {token:#?} {token} {:?}", token.kind());
+        let _ = token.expires_at();
+        let _ = token.rotate_hint();
+        let _ = token.freshness_at(std::time::SystemTime::now());
+        let _ = token.freshness_at(std::time::UNIX_EPOCH);
+        // Unless the claims themselves hold it (the input can put it there).
+        if signature.len() > 8 && !String::from_utf8_lossy(raw).contains(&signature) {
+            assert!(!shown.contains(&signature), "the signature is shown");
+        }
+    }
+});

@@ -1,0 +1,35 @@
+//! `Token::parse` over arbitrary bytes: never panics; an accepted token's header value is
+//! `Bearer ` + the trimmed input, and nothing it shows contains the secret.
+#![no_main]
+
+use bearer_reload::token::{Token, TokenError};
+use libfuzzer_sys::fuzz_target;
+
+const CAP: usize = 4096;
+
+fuzz_target!(|data: &[u8]| {
+    match Token::parse(data, CAP) {
+        Ok(token) => {
+            let trimmed = data.trim_ascii();
+            let header = token.header_value().as_bytes();
+            assert_eq!(&header[..7], b"Bearer ");
+            assert_eq!(&header[7..], trimmed);
+            assert!(token.header_value().is_sensitive());
+            let shown = format!("{token:?} {token:#?} {token} {:?}", token.kind());
+            if trimmed.len() > 8 {
+                assert!(
+                    !shown.as_bytes().windows(trimmed.len()).any(|w| w == trimmed),
+                    "the token shows its secret"
+                );
+            }
+            let again = Token::parse(trimmed, CAP).expect("a trimmed token parses again");
+            assert!(again.same_secret(&token));
+        }
+        Err(TokenError::TooLarge { max }) => assert!(data.len() > max),
+        Err(TokenError::Empty) => assert!(data.trim_ascii().is_empty()),
+        Err(TokenError::InvalidByte { offset }) => {
+            assert!(!(0x21..=0x7e).contains(&data[offset]));
+        }
+        Err(e) => panic!("unexpected error {e:?}"),
+    }
+});
