@@ -100,7 +100,13 @@ pub(crate) fn fraction_of(
     den: u32,
 ) -> Option<SystemTime> {
     let span = to.duration_since(from).ok().filter(|d| !d.is_zero())?;
-    Some(from + span * num / den)
+    // `span * num` overflows a `Duration` for spans over u64::MAX / num seconds (a JWT can
+    // claim any `exp`): then divide first, losing only sub-nanosecond precision.
+    let part = span
+        .checked_mul(num)
+        .map(|d| d / den)
+        .or_else(|| (span / den).checked_mul(num))?;
+    from.checked_add(part)
 }
 
 #[cfg(test)]
@@ -139,6 +145,15 @@ mod tests {
         assert_eq!(fraction_of(a, b, 4, 5), Some(at(1000 + 2880)));
         assert_eq!(fraction_of(b, a, 4, 5), None);
         assert_eq!(fraction_of(a, a, 4, 5), None);
+        // Found by the proptest of the claims decoder: `{"exp":4611686018427387904,"iat":0}`
+        // made `span * 4` overflow and panic.
+        let huge = at(1 << 62);
+        assert_eq!(
+            fraction_of(UNIX_EPOCH, huge, 4, 5),
+            Some(UNIX_EPOCH + Duration::from_secs(1 << 62) / 5 * 4)
+        );
+        let far = UNIX_EPOCH + Duration::from_secs(u64::MAX / 2);
+        assert!(fraction_of(UNIX_EPOCH - Duration::from_secs(1 << 40), far, 4, 5).is_some());
     }
 
     #[tokio::test(start_paused = true)]

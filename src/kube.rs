@@ -102,8 +102,9 @@ pub enum Error {
 /// How the token file is reloaded, and whether 401s are retried.
 ///
 /// The defaults are [`TokenFile`]'s: the directory is watched, the file is re-read every
-/// 60 s regardless, files up to 64 KiB are accepted, a 401 reloads at most once a second,
-/// and a request refused with 401 is sent once more when the reload found a new token.
+/// 60 s regardless, files up to 64 KiB are accepted, 401s to one token reload at most once a
+/// second, and a request refused with 401 is sent once more when the reload found a new
+/// token.
 #[derive(Debug, Clone)]
 pub struct Options {
     refresh_interval: Option<Option<Duration>>,
@@ -152,7 +153,7 @@ impl Options {
         self
     }
 
-    /// The least time between two re-reads triggered by 401s (default 1 s). See
+    /// The least time between two re-reads triggered by 401s to one token (default 1 s). See
     /// [`TokenFile::unauthorized_reload_interval`].
     pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
         self.unauthorized_reload_interval = Some(interval);

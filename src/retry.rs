@@ -7,8 +7,10 @@
 //!
 //! - if the store already holds a newer token (the watcher was faster than the server),
 //!   the request is sent again with it, without reading the file;
-//! - otherwise the source is read again (one read for every concurrent 401, at most one per
-//!   second per store); if that yields a new token the request is sent again with it;
+//! - otherwise the source is read again, by a read that starts after the 401 arrived (one
+//!   read for every concurrent 401 to the same token, and at most one a second while that
+//!   token keeps being refused); if that yields a new token the request is sent again with
+//!   it;
 //! - if the token did not change, the 401 goes back to the caller: the same token would be
 //!   refused again.
 //!

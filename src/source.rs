@@ -168,7 +168,7 @@ fn read_file(path: &Path, max_size: usize) -> Result<Token, LoadError> {
 /// Builder for a [`TokenStore`] backed by a token file.
 ///
 /// By default the file is re-read every 60 seconds and on every change in its directory,
-/// files up to 64 KiB are accepted, and a 401 may trigger a re-read at most once a second.
+/// files up to 64 KiB are accepted, and 401s to one token trigger at most one re-read a second.
 #[derive(Debug, Clone)]
 pub struct TokenFile {
     path: PathBuf,
@@ -208,9 +208,10 @@ impl TokenFile {
         self
     }
 
-    /// The least time between two re-reads triggered by unauthorized responses
-    /// (default 1 s), so that a token that is simply wrong does not turn every request
-    /// into a disk read.
+    /// The least time between two re-reads triggered by unauthorized responses to the same
+    /// token (default 1 s), so that a token that is simply wrong costs one disk read per
+    /// interval, however many requests it fails. A token newer than the last one refused
+    /// gets a read at once.
     pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
         self.options.unauthorized_interval = interval;
         self
@@ -300,7 +301,8 @@ impl TokenLoader {
         self
     }
 
-    /// The least time between two calls triggered by unauthorized responses (default 1 s).
+    /// The least time between two calls triggered by unauthorized responses to the same
+    /// token (default 1 s).
     pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
         self.options.unauthorized_interval = interval;
         self

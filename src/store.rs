@@ -176,6 +176,14 @@ struct Counters {
     retries_succeeded: AtomicU64,
 }
 
+/// A read asked for by an unauthorized response.
+#[derive(Clone, Copy)]
+struct UnauthorizedRead {
+    at: Instant,
+    generation: u64,
+    read: u64,
+}
+
 /// The result of the last read, for the callers that joined it.
 struct Flight {
     last: Option<Result<Reloaded, LoadError>>,
@@ -194,7 +202,9 @@ pub(crate) struct Shared {
     generations: watch::Sender<u64>,
     counters: Counters,
     last_error: Mutex<Option<LoadError>>,
-    last_unauthorized_read: Mutex<Option<Instant>>,
+    /// The last read on behalf of an unauthorized response: when it was asked for, the
+    /// generation that was refused, and the number of the read that answers it.
+    last_unauthorized_read: Mutex<Option<UnauthorizedRead>>,
     watch_state: Mutex<WatchState>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     expiry: ExpiryWarnings,
@@ -385,6 +395,18 @@ impl TokenStore {
         } else {
             started + 1
         };
+        self.reload_from(wanted, trigger, report).await
+    }
+
+    /// Reload, answered by the read numbered `wanted` or a later one: joins it if it is in
+    /// flight, returns its result if it is the last one done, else reads.
+    async fn reload_from(
+        &self,
+        wanted: u64,
+        trigger: Trigger,
+        report: bool,
+    ) -> Result<Reloaded, LoadError> {
+        let s = &self.shared;
         let mut flight = s.flight.lock().await;
         if s.reads_done.load(Ordering::Acquire) >= wanted
             && let Some(result) = &flight.last
@@ -456,24 +478,42 @@ impl TokenStore {
     pub(crate) async fn refresh_after_unauthorized(&self, sent: u64) -> Option<Arc<Token>> {
         let s = &self.shared;
         s.counters.unauthorized_seen.fetch_add(1, Ordering::Relaxed);
+        // Reads started before this response arrived may have started before the server
+        // revoked the token, and before its successor was written: they do not count.
+        let arrived = s.reads_started.load(Ordering::Acquire);
         let newer = || Some(self.current()).filter(|t| t.generation() > sent);
         if let Some(token) = newer() {
             return Some(token);
         }
-        let in_flight =
-            s.reads_started.load(Ordering::Acquire) > s.reads_done.load(Ordering::Acquire);
-        if !in_flight {
+        let read = {
             let mut last = lock(&s.last_unauthorized_read);
             let now = Instant::now();
-            if last.is_some_and(|at| now.duration_since(at) < s.options.unauthorized_interval) {
-                return None;
+            match *last {
+                // This generation was refused before, and a read was asked for then, within
+                // the rate limit: that read started after the server had revoked the token,
+                // so its answer (or a later read's) holds for this response too. A token
+                // that is simply wrong costs one read per interval, however many requests.
+                Some(r)
+                    if r.generation >= sent
+                        && now.duration_since(r.at) < s.options.unauthorized_interval =>
+                {
+                    r.read
+                }
+                _ => {
+                    let read = arrived + 1;
+                    *last = Some(UnauthorizedRead {
+                        at: now,
+                        generation: sent,
+                        read,
+                    });
+                    s.counters
+                        .unauthorized_reloads
+                        .fetch_add(1, Ordering::Relaxed);
+                    read
+                }
             }
-            *last = Some(now);
-            s.counters
-                .unauthorized_reloads
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        let _ = self.reload_as(Trigger::Unauthorized, false, true).await;
+        };
+        let _ = self.reload_from(read, Trigger::Unauthorized, true).await;
         newer()
     }
 
@@ -699,6 +739,62 @@ mod tests {
         early.await.unwrap().unwrap();
         assert_eq!(fresh.await.unwrap().unwrap().generation(), 2);
         assert_eq!(src.calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_401_is_not_answered_by_a_read_that_started_before_it() {
+        // A file whose bytes are taken when a read starts; reads wait at a gate.
+        let file = Arc::new(Mutex::new("one"));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Semaphore::new(1));
+        let store = TokenLoader::new("snapshot", {
+            let (file, calls, gate) = (file.clone(), calls.clone(), gate.clone());
+            move || {
+                let bytes = lock(&file).as_bytes().to_vec();
+                let (calls, gate) = (calls.clone(), gate.clone());
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    drop(gate.acquire().await.unwrap());
+                    Ok::<_, std::io::Error>(bytes)
+                }
+            }
+        })
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+        gate.forget_permits(usize::MAX);
+        // A read in flight (a watcher's, for an unrelated event) that has read "one".
+        let early = tokio::spawn({
+            let store = store.clone();
+            async move { store.reload().await }
+        });
+        while calls.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // The writer lands "two", the server revokes "one": two requests get their 401.
+        *lock(&file) = "two";
+        let refused: Vec<_> = (0..2)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.refresh_after_unauthorized(1).await })
+            })
+            .collect();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
+        assert_eq!(
+            early.await.unwrap().unwrap(),
+            Reloaded::Unchanged { generation: 1 }
+        );
+        for r in refused {
+            let token = r.await.unwrap().expect("a newer token for the retry");
+            assert_eq!(token.header_value(), "Bearer two");
+        }
+        let reads = calls.load(Ordering::SeqCst);
+        assert_eq!(reads, 3, "the early read, then one read for both 401s");
+        assert_eq!(store.status().unauthorized.reloads, 1);
     }
 
     #[tokio::test]

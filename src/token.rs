@@ -318,6 +318,9 @@ impl fmt::Display for Token {
 }
 
 #[cfg(test)]
+mod prop_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

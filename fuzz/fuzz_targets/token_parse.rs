@@ -16,9 +16,15 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(&header[7..], trimmed);
             assert!(token.header_value().is_sensitive());
             let shown = format!("{token:?} {token:#?} {token} {:?}", token.kind());
-            if trimmed.len() > 8 {
+            // Shorter tokens can be words of the output itself ("generatio" is in
+            // "generation"); no run of the output without a space is 17 bytes long unless it
+            // comes from the claims, which are shorter than the token they come from.
+            if trimmed.len() > 16 {
                 assert!(
-                    !shown.as_bytes().windows(trimmed.len()).any(|w| w == trimmed),
+                    !shown
+                        .as_bytes()
+                        .windows(trimmed.len())
+                        .any(|w| w == trimmed),
                     "the token shows its secret"
                 );
             }

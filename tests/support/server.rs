@@ -105,6 +105,17 @@ impl AuthServer {
         self.state.accepted.lock().unwrap().insert(token.to_owned());
     }
 
+    /// Stop accepting `token`.
+    pub fn revoke(&self, token: &str) {
+        self.state.accepted.lock().unwrap().remove(token);
+    }
+
+    /// The bearer tokens seen since the last call, in order, forgetting them (bounded
+    /// memory over a long run).
+    pub fn take_seen(&self) -> Vec<String> {
+        std::mem::take(&mut *self.state.seen.lock().unwrap())
+    }
+
     /// Every bearer token the server has seen, in order.
     pub fn seen(&self) -> Vec<String> {
         self.state.seen.lock().unwrap().clone()

@@ -1,0 +1,142 @@
+//! Dropping a store stops everything it started: 1000 stores with watchers and timers,
+//! created and dropped, leave the process with the file descriptors, threads and watcher
+//! registry it had before. Alone in its binary, because it counts process-wide resources.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bearer_reload::testing::{ProjectedTokenDir, rename_over, watch_registry};
+use bearer_reload::{BearerLayer, TokenFile, TokenStore};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn count(dir: &str) -> usize {
+    std::fs::read_dir(dir).unwrap().count()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    fds: usize,
+    threads: usize,
+    directories: usize,
+    subscribers: usize,
+    watcher: bool,
+}
+
+fn counts() -> Counts {
+    let r = watch_registry();
+    Counts {
+        fds: count("/proc/self/fd"),
+        threads: count("/proc/self/task"),
+        directories: r.directories,
+        subscribers: r.subscribers,
+        watcher: r.watcher,
+    }
+}
+
+/// Waits, with a deadline, until the counts are back to `before`.
+async fn settle(before: Counts) -> Counts {
+    let start = Instant::now();
+    loop {
+        let now = counts();
+        if now == before {
+            return now;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "resources not released: before {before:?}, now {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn a_thousand_stores_with_watchers_and_timers_leave_nothing_behind() {
+    // The blocking pool (file reads) keeps an idle thread 10 s by default: a short keep-alive
+    // lets the thread count come back to its baseline within the deadline.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_keep_alive(Duration::from_millis(100))
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run());
+}
+
+async fn run() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Ten directories: five plain files, five kubelet-style projected volumes.
+    let mut paths: Vec<PathBuf> = Vec::new();
+    let mut volumes = Vec::new();
+    for d in 0..10 {
+        if d % 2 == 0 {
+            let dir = tmp.path().join(format!("plain{d}"));
+            std::fs::create_dir(&dir).unwrap();
+            let path = dir.join("token");
+            std::fs::write(&path, format!("plain-{d}\n")).unwrap();
+            paths.push(path);
+        } else {
+            let v = ProjectedTokenDir::create(tmp.path().join(format!("sa{d}")), format!("sa-{d}"))
+                .unwrap();
+            paths.push(v.token_path());
+            volumes.push(v);
+        }
+    }
+
+    // The baseline: the runtime's own threads and descriptors, nothing of ours.
+    let before = counts();
+    assert_eq!(
+        (before.directories, before.subscribers, before.watcher),
+        (0, 0, false)
+    );
+    println!("leak: before {before:?}");
+
+    let start = Instant::now();
+    let mut peak = before;
+    for round in 0..10 {
+        let mut stores: Vec<TokenStore> = Vec::new();
+        for i in 0..100 {
+            let store = TokenFile::new(&paths[(round + i) % paths.len()])
+                .refresh_interval(Some(Duration::from_millis(50 + i as u64)))
+                .load()
+                .await
+                .unwrap();
+            stores.push(store);
+        }
+        // Every watcher and timer is running: a rotation in each directory reaches the
+        // stores, and the timers fire.
+        for (d, path) in paths.iter().enumerate() {
+            if d % 2 == 0 {
+                rename_over(path, format!("plain-{d}-{round}\n")).unwrap();
+            }
+        }
+        for v in &volumes {
+            v.rotate(format!("sa-{round}")).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let now = counts();
+        assert_eq!(now.directories, 10, "{now:?}");
+        assert_eq!(now.subscribers, 100, "{now:?}");
+        assert!(now.watcher);
+        peak.fds = peak.fds.max(now.fds);
+        peak.threads = peak.threads.max(now.threads);
+        // Half dropped one by one, half through a layer holding a clone.
+        let layers: Vec<_> = stores.drain(50..).map(BearerLayer::new).collect();
+        drop(stores);
+        drop(layers);
+    }
+    let after = settle(before).await;
+    println!(
+        "leak: 1000 stores in {:.1} s; peak fds {}, threads {}; after {after:?}",
+        start.elapsed().as_secs_f64(),
+        peak.fds,
+        peak.threads
+    );
+    // The rotations above really reached the stores: a store made now reads the last one.
+    let store = TokenFile::new(&paths[0])
+        .watch(false)
+        .refresh_interval(None)
+        .load()
+        .await;
+    assert_eq!(store.unwrap().current().header_value(), "Bearer plain-0-9");
+}
