@@ -78,7 +78,7 @@ impl fmt::Debug for Rfc3339 {
 
 /// Year, month, day of the proleptic Gregorian calendar for a count of days since
 /// 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

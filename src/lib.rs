@@ -27,7 +27,6 @@
 //! # let _ = layer; Ok(()) }
 //! ```
 #![deny(missing_docs, unsafe_code)]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod clock;
 #[cfg(feature = "kube")]

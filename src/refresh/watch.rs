@@ -73,18 +73,19 @@ pub(crate) type Handler = Box<dyn FnMut(notify::Result<Event>) + Send>;
 pub(crate) type Factory = dyn Fn(Handler) -> notify::Result<Box<dyn DirWatcher>> + Send + Sync;
 
 /// The registry every store uses.
-static GLOBAL: LazyLock<Arc<Registry>> = LazyLock::new(|| {
-    Registry::new(
-        VERIFY_EVERY,
-        Box::new(|handler| {
-            let watcher = <notify::RecommendedWatcher as notify::Watcher>::new(
-                handler,
-                notify::Config::default(),
-            )?;
-            Ok(Box::new(watcher) as Box<dyn DirWatcher>)
-        }),
-    )
-});
+static GLOBAL: LazyLock<Arc<Registry>> =
+    LazyLock::new(|| Registry::new(VERIFY_EVERY, notify_factory()));
+
+/// Creates the platform's `notify` watcher (inotify on Linux).
+fn notify_factory() -> Box<Factory> {
+    Box::new(|handler| {
+        let watcher = <notify::RecommendedWatcher as notify::Watcher>::new(
+            handler,
+            notify::Config::default(),
+        )?;
+        Ok(Box::new(watcher) as Box<dyn DirWatcher>)
+    })
+}
 
 /// One watched (or to-be-watched) directory.
 struct Dir {
@@ -607,20 +608,10 @@ mod tests {
 
     const DEADLINE: Duration = Duration::from_secs(5);
 
-    fn real_factory() -> Box<Factory> {
-        Box::new(|handler| {
-            let watcher = <notify::RecommendedWatcher as notify::Watcher>::new(
-                handler,
-                notify::Config::default(),
-            )?;
-            Ok(Box::new(watcher) as Box<dyn DirWatcher>)
-        })
-    }
-
     /// A factory that fails like `inotify_init` with its instances exhausted while `fail`
     /// is set.
     fn flaky_factory(fail: Arc<AtomicBool>) -> Box<Factory> {
-        let real = real_factory();
+        let real = notify_factory();
         Box::new(move |handler| {
             if fail.load(Ordering::SeqCst) {
                 Err(notify::Error::io(std::io::Error::from_raw_os_error(24)))
@@ -850,7 +841,7 @@ mod tests {
 
     #[tokio::test]
     async fn stores_share_one_watch_per_directory_and_release_it() {
-        let registry = Registry::new(VERIFY_EVERY, real_factory());
+        let registry = Registry::new(VERIFY_EVERY, notify_factory());
         let tmp = tempfile::tempdir().unwrap();
         let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
         for dir in [&a, &b] {
@@ -893,7 +884,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_directory_renamed_away_degrades_then_re_arms() {
-        let registry = Registry::new(VERIFY_EVERY, real_factory());
+        let registry = Registry::new(VERIFY_EVERY, notify_factory());
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("d");
         std::fs::create_dir(&dir).unwrap();
@@ -918,7 +909,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_renamed_ancestor_sends_no_event_but_is_noticed() {
-        let registry = Registry::new(Duration::from_millis(50), real_factory());
+        let registry = Registry::new(Duration::from_millis(50), notify_factory());
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a/d");
         std::fs::create_dir_all(&dir).unwrap();
