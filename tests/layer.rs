@@ -1,0 +1,42 @@
+//! The plain layer through a real HTTP round trip: hyper-util client, local hyper server.
+
+mod support;
+
+use bearer_reload::{BearerLayer, TokenFile};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Empty;
+use support::server::{AuthServer, http1_client};
+use tower::{Layer, ServiceExt};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_carry_the_token_before_and_after_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "one\n").unwrap();
+    let store = TokenFile::new(&path)
+        .watch(false)
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let server = AuthServer::start("one").await;
+    let client = BearerLayer::new(store.clone()).layer(http1_client::<Empty<Bytes>>());
+    let get = || Request::get(server.url("/")).body(Empty::new()).unwrap();
+
+    let res = client.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+
+    // Rotated on disk and on the server; without a reload the old token is still sent.
+    std::fs::write(&path, "two\n").unwrap();
+    server.accept_only("two");
+    let res = client.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+
+    store.reload().await.unwrap();
+    let res = client.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(server.seen(), ["one", "one", "two"]);
+    // The plain layer does not react to a 401 by itself.
+    assert_eq!(store.status().unauthorized.seen, 0);
+}
