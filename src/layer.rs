@@ -73,7 +73,7 @@ impl BearerLayer {
 
 impl<R> BearerLayer<R> {
     /// Replace an `Authorization` header the request already has (default: keep it, as
-    /// client-go does).
+    /// client-go does; of several values, which HTTP does not allow, the first is kept).
     pub fn overwrite_existing(mut self, overwrite: bool) -> Self {
         self.overwrite = overwrite;
         self

@@ -161,9 +161,11 @@ pub trait TryCloneBody: Sized {
     /// A copy of the body as it was before anything was read from it, or `None`.
     fn try_clone_body(&self) -> Option<Self>;
 
-    /// Whether a copy made by `try_clone_body` can still be sent. Asked after the first
-    /// attempt; [`ReplayBody`] says no once its body outgrew the limit.
-    fn can_replay(&self) -> bool {
+    /// Called on a copy made by `try_clone_body` right before it is sent: whether it can
+    /// be. [`ReplayBody`] says no once its body outgrew the limit or failed; otherwise the
+    /// copy takes the body over, and the first attempt's body reads no further (hyper may
+    /// still be sending it after the response arrived), so the record stays complete.
+    fn start_replay(&self) -> bool {
         true
     }
 }
@@ -212,7 +214,7 @@ pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 /// let body = ReplayBody::new(Full::new(bytes::Bytes::from_static(b"hello")));
 /// let replay = body.try_clone_body().unwrap();
 /// assert_eq!(body.collect().await.unwrap().to_bytes(), "hello");
-/// assert!(replay.can_replay());
+/// assert!(replay.start_replay());
 /// assert_eq!(replay.collect().await.unwrap().to_bytes(), "hello");
 /// # }
 /// ```
@@ -295,9 +297,13 @@ impl<B> TryCloneBody for ReplayBody<B> {
         })
     }
 
-    fn can_replay(&self) -> bool {
-        let state = lock(&self.shared);
-        !state.overflowed && !state.failed
+    fn start_replay(&self) -> bool {
+        let mut state = lock(&self.shared);
+        if state.overflowed || state.failed {
+            return false;
+        }
+        state.reader = state.reader.max(self.id);
+        true
     }
 }
 
@@ -501,7 +507,7 @@ where
                 }
                 StateProj::Reloading { reload, response } => {
                     let newer = ready!(reload.as_mut().poll(cx));
-                    let replay = this.replay.take().filter(|r| r.body().can_replay());
+                    let replay = this.replay.take().filter(|r| r.body().start_replay());
                     match (newer, replay) {
                         (Some(token), Some(mut request)) => {
                             set_token(request.headers_mut(), token.header_value());
@@ -558,7 +564,7 @@ mod tests {
         let body = ReplayBody::new(chunks(&["ab", "cd", "ef"]));
         let replay = body.try_clone_body().unwrap();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
-        assert!(replay.can_replay());
+        assert!(replay.start_replay());
         assert_eq!(replay.size_hint().exact(), Some(6));
         assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
     }
@@ -575,11 +581,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn starting_a_replay_stops_the_first_attempt_at_once() {
+        // The first attempt is still being sent when the replay is decided on: from then on
+        // it reads nothing more, so it cannot push the record past the limit behind the
+        // replay's back.
+        let mut body = ReplayBody::with_limit(chunks(&["ab", "cd", "ef"]), 4);
+        let replay = body.try_clone_body().unwrap();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, "ab");
+        assert!(replay.start_replay());
+        assert!(body.frame().await.is_none());
+        // The replay gets everything, past the limit too: it is the one reading now.
+        assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+    }
+
+    #[tokio::test]
     async fn over_the_limit_streams_on_but_cannot_replay() {
         let body = ReplayBody::with_limit(chunks(&["abcd", "efgh", "ij"]), 6);
         let replay = body.try_clone_body().unwrap();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdefghij");
-        assert!(!replay.can_replay());
+        assert!(!replay.start_replay());
     }
 
     #[tokio::test]
@@ -608,7 +629,7 @@ mod tests {
         let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
         let replay = body.try_clone_body().unwrap();
         assert!(body.collect().await.is_err());
-        assert!(!replay.can_replay());
+        assert!(!replay.start_replay());
     }
 
     #[test]

@@ -63,7 +63,17 @@ pub enum LoadError {
         #[source]
         source: TokenError,
     },
-    /// A custom loader failed.
+    /// The read did not finish in time (a stuck mount, a FIFO without a writer, a hung
+    /// loader); the last good token stays and later reloads are not held up by it.
+    #[error("reading the token from {origin} took longer than {after:?}")]
+    Timeout {
+        /// The file's path, or the loader's name.
+        origin: String,
+        /// The time limit.
+        after: Duration,
+    },
+    /// A custom loader failed. Its message is the loader's own: a loader must not put the
+    /// token in its errors.
     #[error("token loader {name} failed: {source}")]
     Loader {
         /// The loader's name.
@@ -103,6 +113,26 @@ impl Source {
         match self {
             Source::File { path, .. } => Some(path),
             Source::Loader { .. } => None,
+        }
+    }
+
+    /// [`read`](Self::read), given up after `limit`.
+    pub(crate) async fn read_within(&self, limit: Duration) -> Result<Token, LoadError> {
+        tokio::time::timeout(limit, self.read())
+            .await
+            .unwrap_or_else(|_| {
+                Err(LoadError::Timeout {
+                    origin: self.origin(),
+                    after: limit,
+                })
+            })
+    }
+
+    /// The file's path or the loader's name, for messages.
+    fn origin(&self) -> String {
+        match self {
+            Source::File { path, .. } => path.display().to_string(),
+            Source::Loader { name, .. } => format!("loader {name}"),
         }
     }
 
@@ -217,6 +247,13 @@ impl TokenFile {
         self
     }
 
+    /// How long one read may take before it counts as failed (default 10 s): a read stuck
+    /// on a dead mount must not hold up every later reload.
+    pub fn read_timeout(mut self, limit: Duration) -> Self {
+        self.options.read_timeout = limit;
+        self
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -312,6 +349,12 @@ impl TokenLoader {
     #[cfg(test)]
     pub(crate) fn clock(mut self, clock: crate::clock::Clock) -> Self {
         self.options.clock = clock;
+        self
+    }
+
+    /// How long one call may take before it counts as failed (default 10 s).
+    pub fn read_timeout(mut self, limit: Duration) -> Self {
+        self.options.read_timeout = limit;
         self
     }
 

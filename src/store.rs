@@ -50,6 +50,7 @@ use crate::token::{Fingerprint, Freshness, Token, TokenKind};
 pub(crate) struct StoreOptions {
     pub(crate) refresh_interval: Option<Duration>,
     pub(crate) unauthorized_interval: Duration,
+    pub(crate) read_timeout: Duration,
     /// The wall clock that token dates are compared to.
     pub(crate) clock: Clock,
 }
@@ -59,6 +60,7 @@ impl Default for StoreOptions {
         Self {
             refresh_interval: Some(Duration::from_secs(60)),
             unauthorized_interval: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(10),
             clock: Clock::default(),
         }
     }
@@ -257,7 +259,10 @@ impl TokenStore {
         options: StoreOptions,
         watch_path: Option<PathBuf>,
     ) -> Result<Self, LoadError> {
-        let first = source.read().await?.with_generation(1);
+        let first = source
+            .read_within(options.read_timeout)
+            .await?
+            .with_generation(1);
         tracing::info!(source = ?source, token = %first, "token loaded");
         let store = TokenStore {
             shared: Arc::new(Shared {
@@ -334,8 +339,10 @@ impl TokenStore {
 
     /// Reads the source again and installs its token if it is valid and new.
     ///
-    /// Callers that arrive while a read is in flight share its result. On failure the last
-    /// good token stays in use and the error is returned (and shown in [`status`]).
+    /// Callers that arrive while a read is in flight share its result (a read that may have
+    /// started before the caller's own last write; the watcher, the timer and 401s always
+    /// ask for a read that starts after their trigger). On failure the last good token
+    /// stays in use and the error is returned (and shown in [`status`]).
     ///
     /// [`status`]: TokenStore::status
     pub async fn reload(&self) -> Result<Reloaded, LoadError> {
@@ -419,7 +426,7 @@ impl TokenStore {
         // result), so that later callers do not wait for it.
         let _done = DoneOnDrop(&s.reads_done);
         s.counters.reads.fetch_add(1, Ordering::Relaxed);
-        let result = match s.source.read().await {
+        let result = match s.source.read_within(s.options.read_timeout).await {
             Ok(token) => Ok(self.install(token, trigger)),
             Err(error) => {
                 if report {
@@ -581,6 +588,29 @@ mod tests {
             })
             .refresh_interval(None)
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_read_times_out_and_does_not_hold_up_later_reloads() {
+        let src = Scripted::new("one");
+        let store = src
+            .loader()
+            .read_timeout(Duration::from_secs(10))
+            .load()
+            .await
+            .unwrap();
+        // The next reads hang (a dead mount, a FIFO without a writer).
+        src.gate.forget_permits(usize::MAX);
+        src.set(Ok("two"));
+        let err = store.reload().await.unwrap_err();
+        assert!(matches!(err, LoadError::Timeout { .. }), "{err:?}");
+        assert!(err.to_string().contains("loader scripted"), "{err}");
+        assert_eq!(store.current().header_value(), "Bearer one");
+        // A 401 gets its answer (no newer token) instead of waiting forever.
+        assert!(store.refresh_after_unauthorized(1).await.is_none());
+        // Once reads work again, the next reload installs the new token.
+        src.gate.add_permits(1);
+        assert_eq!(store.reload().await.unwrap().generation(), 2);
     }
 
     #[tokio::test]

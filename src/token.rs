@@ -204,6 +204,9 @@ impl Token {
         let mut header = HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
             .map_err(|_| TokenError::InvalidByte { offset: start })?;
         header.set_sensitive(true);
+        // The first clone of a `Bytes` made from a `Vec` moves it to a shared buffer, an
+        // allocation: do it here, not on the first request that uses this token.
+        drop(header.clone());
         // Visible ASCII is UTF-8.
         let kind = std::str::from_utf8(secret).map_or(TokenKind::Opaque, TokenKind::detect);
         Ok(Self {

@@ -510,6 +510,17 @@ async fn run(store: WeakStore, sub: Subscription, mut armed: Result<u64, String>
             // Checked before each wait, not only after a wake-up: the event that marked the
             // directory lost may have been consumed by a retry's wait.
             Ok(epoch) => match sub.registry.armed(&sub.dir) {
+                // Another store of this directory re-armed it while this task was busy: the
+                // file may have changed while nobody watched.
+                Some(now) if now != epoch => {
+                    if let Some(s) = store.upgrade() {
+                        s.set_watch_state(WatchState::Active);
+                    }
+                    if !reload_after_event(&store, &sub.signal).await {
+                        return;
+                    }
+                    Ok(now)
+                }
                 Some(epoch) => {
                     let woken = tokio::select! {
                         () = sub.signal.notified() => true,
