@@ -572,6 +572,7 @@ fn main() {
     let store = {
         let next = next.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .unwrap();
         rt.block_on(

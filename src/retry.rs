@@ -156,7 +156,9 @@ impl<C> RetryUnauthorized<C> {
 ///
 /// Implemented for bodies that clone cheaply and for [`ReplayBody`]. A body type that is
 /// not replayable at all can implement it by returning `None`: its requests get the reload
-/// on 401 but are not sent again.
+/// on 401 but are not sent again. The copy is made for every request before it is sent:
+/// `Bytes`, `Full<Bytes>` and `kube::client::Body` share their buffer, while `String` and
+/// `Vec<u8>` are copied whole.
 pub trait TryCloneBody: Sized {
     /// A copy of the body as it was before anything was read from it, or `None`.
     fn try_clone_body(&self) -> Option<Self>;

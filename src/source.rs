@@ -262,7 +262,9 @@ impl TokenFile {
     /// Reads the file and returns a store that keeps it fresh.
     ///
     /// Fails, naming the path, when the file is missing or does not hold a valid token.
-    /// Must be called within a tokio runtime: the store's refreshers are tokio tasks.
+    /// Must be called within a tokio runtime with its time driver (`#[tokio::main]` and
+    /// `#[tokio::test]` have one): the store's refreshers are tokio tasks, and reads have a
+    /// time limit.
     pub async fn load(self) -> Result<TokenStore, LoadError> {
         let source = Source::File {
             path: self.path.clone(),
@@ -359,6 +361,8 @@ impl TokenLoader {
     }
 
     /// Calls the loader once and returns a store that keeps the token fresh.
+    ///
+    /// Must be called within a tokio runtime with its time driver, as [`TokenFile::load`].
     pub async fn load(self) -> Result<TokenStore, LoadError> {
         let source = Source::Loader {
             name: self.name,
