@@ -2,24 +2,18 @@
 
 mod support;
 
-use bearer_reload::{BearerLayer, TokenFile};
+use bearer_reload::BearerLayer;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Empty;
+use support::quiet_store;
 use support::server::{AuthServer, http1_client};
 use tower::{Layer, ServiceExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_carry_the_token_before_and_after_a_reload() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("token");
-    std::fs::write(&path, "one\n").unwrap();
-    let store = TokenFile::new(&path)
-        .watch(false)
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap();
+    let (path, store) = quiet_store(dir.path(), "one").await;
     let server = AuthServer::start("one").await;
     let client = BearerLayer::new(store.clone()).layer(http1_client::<Empty<Bytes>>());
     let get = || Request::get(server.url("/")).body(Empty::new()).unwrap();

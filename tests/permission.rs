@@ -6,7 +6,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
+mod support;
+
 use bearer_reload::{LoadError, TokenFile};
+use support::quiet_store;
 
 const CHILD: &str = "BEARER_RELOAD_PERMISSION_CHILD";
 const TEST: &str = "an_unreadable_file_is_an_error_naming_the_path_and_the_last_token_stays";
@@ -61,14 +64,7 @@ fn scenario(dir: &Path) {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let path = dir.join("token");
-        std::fs::write(&path, "good\n").unwrap();
-        let store = TokenFile::new(&path)
-            .watch(false)
-            .refresh_interval(None)
-            .load()
-            .await
-            .unwrap();
+        let (path, store) = quiet_store(dir, "good").await;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
 
         // Later: the reload fails, names the path and the problem, and the token stays.

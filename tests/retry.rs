@@ -10,23 +10,11 @@ use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use support::quiet_store;
 use support::server::{AuthServer, Refusal, http1_client, http2_client, sha256_hex};
 use tower::{Layer, Service, ServiceExt};
 
 const DEADLINE: Duration = Duration::from_secs(10);
-
-/// A token file with the watcher and the timer off: only a 401 (or the test) reloads it.
-async fn quiet_store(dir: &tempfile::TempDir, token: &str) -> (std::path::PathBuf, TokenStore) {
-    let path = dir.path().join("token");
-    std::fs::write(&path, format!("{token}\n")).unwrap();
-    let store = TokenFile::new(&path)
-        .watch(false)
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap();
-    (path, store)
-}
 
 fn get(url: &str) -> Request<Empty<Bytes>> {
     Request::get(url).body(Empty::new()).unwrap()
@@ -35,7 +23,7 @@ fn get(url: &str) -> Request<Empty<Bytes>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_token_is_replaced_and_the_request_retried_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(&dir, "old").await;
+    let (path, store) = quiet_store(dir.path(), "old").await;
     let server = AuthServer::start("old").await;
     let client = BearerLayer::new(store.clone())
         .retry_unauthorized(RetryUnauthorized::new())
@@ -107,7 +95,7 @@ async fn a_token_the_watcher_already_installed_is_used_without_a_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
     let dir = tempfile::tempdir().unwrap();
-    let (_path, store) = quiet_store(&dir, "wrong").await;
+    let (_path, store) = quiet_store(dir.path(), "wrong").await;
     let server = AuthServer::start("right").await;
     let client = BearerLayer::new(store.clone())
         .retry_unauthorized(RetryUnauthorized::new())
@@ -140,7 +128,7 @@ async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(&dir, "old").await;
+    let (path, store) = quiet_store(dir.path(), "old").await;
     let server = AuthServer::start("new").await;
     std::fs::write(&path, "new").unwrap();
     // No answer until all 1000 have arrived, so all are sent with the old token.
@@ -177,7 +165,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(&dir, "old").await;
+    let (path, store) = quiet_store(dir.path(), "old").await;
     let server = AuthServer::start("new").await;
     std::fs::write(&path, "new").unwrap();
     let mut client = BearerLayer::new(store.clone())
@@ -240,7 +228,7 @@ async fn a_streamed_body_over_the_limit_gets_its_401_but_the_token_is_reloaded()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_unauthenticated_is_retried_under_the_grpc_classifier() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(&dir, "old").await;
+    let (path, store) = quiet_store(dir.path(), "old").await;
     let server = AuthServer::start_with("new", Refusal::Grpc).await;
     std::fs::write(&path, "new").unwrap();
 
@@ -267,7 +255,7 @@ async fn grpc_unauthenticated_is_retried_under_the_grpc_classifier() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_its_own_authorization_is_not_retried() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(&dir, "old").await;
+    let (path, store) = quiet_store(dir.path(), "old").await;
     let server = AuthServer::start("new").await;
     std::fs::write(&path, "new").unwrap();
     let client = BearerLayer::new(store.clone())

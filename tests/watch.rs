@@ -2,6 +2,8 @@
 //! rewritten in practice. The timer is off: only the watcher can explain a reload. Each
 //! wait is on the store's own signals (subscribe, status) with a deadline.
 
+mod support;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -214,13 +216,6 @@ async fn our_own_reads_do_not_trigger_reads() {
 #[tokio::test]
 async fn watching_off_is_off() {
     let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("token");
-    std::fs::write(&path, "one").unwrap();
-    let store = TokenFile::new(&path)
-        .watch(false)
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap();
+    let (_, store) = support::quiet_store(tmp.path(), "one").await;
     assert_eq!(store.status().watch, WatchState::Off);
 }
