@@ -345,3 +345,46 @@ fn the_test_server_writes_kubernetes_timestamps() {
     let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
     assert_eq!(rfc3339(t), "2000-02-29T00:00:00Z");
 }
+
+const INFER_CHILD: &str = "BEARER_RELOAD_INFER_CHILD";
+
+/// `infer()` reads `KUBECONFIG` like `kube::Config::infer`. The variable is set for a child
+/// process (this test binary again), not with `set_var` in this multi-threaded one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infer_reads_the_kubeconfig_from_the_environment() {
+    if std::env::var_os(INFER_CHILD).is_some() {
+        let client = bearer_reload::kube::infer().await.unwrap();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client);
+        let list = within(cms.list(&ListParams::default())).await.unwrap();
+        println!("infer listed {} configmaps", list.items.len());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let server = KubeApi::start().await;
+    server.accept_only("one");
+    let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), "one").unwrap();
+    let kubeconfig = server.kubeconfig(&volume.token_path(), NS);
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "infer_reads_the_kubeconfig_from_the_environment",
+            "--nocapture",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env(INFER_CHILD, "1")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("infer listed 0 configmaps"), "{stdout}");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].token.as_deref(), Some("one"));
+    assert_eq!(seen[0].namespace.as_deref(), Some(NS));
+}
