@@ -10,6 +10,8 @@
 
 #[path = "../tests/support/kube_api.rs"]
 mod kube_api;
+#[path = "../tests/support/serve.rs"]
+mod serve;
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

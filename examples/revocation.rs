@@ -12,6 +12,8 @@
 //! cargo run --release --example revocation [-- --duration 20 --rotate-every 2]
 //! ```
 
+#[path = "../tests/support/serve.rs"]
+mod serve;
 #[path = "../tests/support/server.rs"]
 mod server;
 

@@ -19,7 +19,6 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +30,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -125,27 +123,11 @@ impl KubeApi {
             requests: watch::Sender::new(0),
         });
         let acceptor = TlsAcceptor::from(Arc::new(tls));
-        let task = tokio::spawn({
+        let task = super::serve::spawn(listener, Some(acceptor), {
             let state = state.clone();
-            async move {
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let (state, acceptor) = (state.clone(), acceptor.clone());
-                    tokio::spawn(async move {
-                        let Ok(stream) = acceptor.accept(stream).await else {
-                            return;
-                        };
-                        let svc = hyper::service::service_fn(move |req| {
-                            let state = state.clone();
-                            async move { Ok::<_, Infallible>(handle(&state, req).await) }
-                        });
-                        let builder =
-                            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-                    });
-                }
+            move |req| {
+                let state = state.clone();
+                async move { handle(&state, req).await }
             }
         });
         Self {

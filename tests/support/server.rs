@@ -3,7 +3,6 @@
 //! what it sees.
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +13,7 @@ use http::{Request, Response, StatusCode, header::AUTHORIZATION};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -67,25 +66,11 @@ impl AuthServer {
             refused: AtomicU64::new(0),
             hold_until: AtomicU64::new(0),
         });
-        let task = tokio::spawn({
+        let task = super::serve::spawn(listener, None, {
             let state = state.clone();
-            async move {
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        let svc = hyper::service::service_fn(move |req| {
-                            let state = state.clone();
-                            async move { Ok::<_, Infallible>(handle(&state, req).await) }
-                        });
-                        let mut builder =
-                            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                        builder.http2().max_concurrent_streams(4096);
-                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-                    });
-                }
+            move |req| {
+                let state = state.clone();
+                async move { handle(&state, req).await }
             }
         });
         Self { addr, state, task }

@@ -1,0 +1,52 @@
+//! The accept loop the test servers share: plain TCP or TLS, HTTP/1 or HTTP/2.
+//!
+//! Included next to `server.rs` and `kube_api.rs` wherever they are (`super::serve`), also
+//! from examples with `#[path = "../tests/support/serve.rs"] mod serve;`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+
+/// Serves every connection on `listener` with `handle`, over TLS when `tls` is given, until
+/// the returned task is aborted.
+pub fn spawn<H, F>(listener: TcpListener, tls: Option<TlsAcceptor>, handle: H) -> JoinHandle<()>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let (tls, handle) = (tls.clone(), handle.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let response = handle(req);
+                    async move { Ok::<_, Infallible>(response.await) }
+                });
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder.http2().max_concurrent_streams(4096);
+                let _ = match tls {
+                    Some(acceptor) => {
+                        let Ok(stream) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        builder.serve_connection(TokioIo::new(stream), svc).await
+                    }
+                    None => builder.serve_connection(TokioIo::new(tcp), svc).await,
+                };
+            });
+        }
+    })
+}
