@@ -229,11 +229,7 @@ impl KubeApi {
 
     /// Waits, with a deadline, until the server has received `n` requests in all.
     pub async fn wait_requests(&self, n: u64, deadline: Duration) {
-        let mut rx = self.state.requests.subscribe();
-        tokio::time::timeout(deadline, rx.wait_for(|&seen| seen >= n))
-            .await
-            .unwrap_or_else(|_| panic!("server saw {} of {n} requests", self.requests()))
-            .unwrap();
+        super::serve::wait_requests(&self.state.requests, n, deadline).await;
     }
 
     /// A kubeconfig for this server: the cluster with `certificate-authority-data`, a user

@@ -13,6 +13,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
@@ -49,4 +50,15 @@ where
             });
         }
     })
+}
+
+/// Waits, with a deadline, until a server's request counter reaches `n`.
+pub async fn wait_requests(requests: &watch::Sender<u64>, n: u64, deadline: std::time::Duration) {
+    let mut rx = requests.subscribe();
+    if tokio::time::timeout(deadline, rx.wait_for(|&seen| seen >= n))
+        .await
+        .is_err()
+    {
+        panic!("server saw {} of {n} requests", *requests.borrow());
+    }
 }
