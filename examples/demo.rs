@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::{Token, kube::Options};
+use bearer_reload::{Options, Token};
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use bearer_reload::kube::{Options, ReloadingClient, client_with};
+use bearer_reload::Options;
+use bearer_reload::kube::{ReloadingClient, client_with};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

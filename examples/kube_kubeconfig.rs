@@ -8,7 +8,8 @@
 //!
 //! Without a kubeconfig it says what it would do and exits.
 
-use bearer_reload::kube::{Options, ReloadingClient, client_with};
+use bearer_reload::Options;
+use bearer_reload::kube::{ReloadingClient, client_with};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};

@@ -6,7 +6,9 @@
 //! `tokio::time::advance` moves both the timers and the dates the store compares claims to.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::hash::BuildHasher;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where the store reads the wall-clock time.
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,7 +45,9 @@ impl Clock {
     }
 }
 
-/// Displays a time as RFC 3339 in UTC, to the second: `2026-11-29T12:00:00Z`.
+/// Displays a time as RFC 3339 in UTC, to the second: `2026-11-29T12:00:00Z`. A time
+/// outside the years 9999 BC to 9999 AD (a JWT can claim any date) is shown in seconds
+/// since the epoch instead.
 #[derive(Clone, Copy)]
 pub(crate) struct Rfc3339(pub(crate) SystemTime);
 
@@ -58,15 +62,10 @@ impl fmt::Display for Rfc3339 {
                 -whole - i64::from(d.subsec_nanos() > 0)
             }
         };
-        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        let (y, m, d) = civil_from_days(days);
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        )
+        match jiff::Timestamp::from_second(secs) {
+            Ok(at) => write!(f, "{}", at.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            Err(_) => write!(f, "{secs}s since 1970-01-01T00:00:00Z"),
+        }
     }
 }
 
@@ -76,19 +75,19 @@ impl fmt::Debug for Rfc3339 {
     }
 }
 
-/// Year, month, day of the proleptic Gregorian calendar for a count of days since
-/// 1970-01-01 (Howard Hinnant's `civil_from_days`).
-pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// A duration in `[0, max)`, fixed for `key` within this process and different from one
+/// process to the next: it spreads the moments of a fleet of clients without a
+/// random-number crate.
+pub(crate) fn jitter(key: u64, max: Duration) -> Duration {
+    static SEED: LazyLock<std::collections::hash_map::RandomState> =
+        LazyLock::new(std::collections::hash_map::RandomState::new);
+    let Ok(max_nanos) = u64::try_from(max.as_nanos()) else {
+        return Duration::ZERO;
+    };
+    if max_nanos == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(SEED.hash_one(key) % max_nanos)
 }
 
 /// The point `num/den` of the way from `from` to `to`, or `None` when `to` is not after
@@ -137,6 +136,12 @@ mod tests {
         }
         let half_before = UNIX_EPOCH - Duration::from_millis(500);
         assert_eq!(Rfc3339(half_before).to_string(), "1969-12-31T23:59:59Z");
+        // Past jiff's range: shown, not a panic.
+        let far = UNIX_EPOCH + Duration::from_secs(1 << 40);
+        assert_eq!(
+            Rfc3339(far).to_string(),
+            "1099511627776s since 1970-01-01T00:00:00Z"
+        );
     }
 
     #[test]
@@ -154,6 +159,18 @@ mod tests {
         );
         let far = UNIX_EPOCH + Duration::from_secs(u64::MAX / 2);
         assert!(fraction_of(UNIX_EPOCH - Duration::from_secs(1 << 40), far, 4, 5).is_some());
+    }
+
+    #[test]
+    fn jitter_stays_in_range_and_is_stable_per_key() {
+        let max = Duration::from_secs(10);
+        let drawn: Vec<Duration> = (0..200).map(|k| jitter(k, max)).collect();
+        assert!(drawn.iter().all(|d| *d < max));
+        assert_eq!(jitter(7, max), jitter(7, max));
+        // Spread, not all in one place.
+        let low = drawn.iter().filter(|d| **d < max / 2).count();
+        assert!((50..150).contains(&low), "{low} of 200 in the lower half");
+        assert_eq!(jitter(1, Duration::ZERO), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

@@ -28,7 +28,8 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use bearer_reload::kube::{Options, ReloadingClient, client_with};
+//! use bearer_reload::Options;
+//! use bearer_reload::kube::{ClientOptions, ReloadingClient, client_with};
 //!
 //! let config = kube::Config::infer().await?;
 //! let options = Options::new().refresh_interval(Some(Duration::from_secs(30)));
@@ -54,31 +55,30 @@
 //! Outermost → innermost, the stack is:
 //! kube's retry of 429/503/504 (when [`Config::default_retry`] is on) → [`BearerLayer`]
 //! with its 401 retry → a `Buffer` → kube's default stack (base URI, decompression,
-//! extra headers, tracing, the HTTPS client). Each attempt of kube's retry thus carries the
-//! token current at that moment, and each gets at most one 401 retry. Request bodies that
-//! kube buffers (all of `Api`'s) are replayed on a retry. kube's `Client` wraps the whole
-//! stack in its own `Buffer`, as it always does.
+//! extra headers, tracing, the HTTPS client), following the rules in
+//! [the crate docs](crate#where-the-layer-goes). Each attempt of kube's retry thus carries
+//! the token current at that moment, and each gets at most one 401 retry. Request bodies
+//! that kube buffers (all of `Api`'s) are replayed on a retry. kube's `Client` wraps the
+//! whole stack in its own `Buffer`, as it always does.
 //!
 //! Runnable examples: `examples/kube_incluster.rs` and `examples/kube_kubeconfig.rs`.
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use ::kube::client::retry::RetryPolicy;
-use ::kube::client::{Body, ClientBuilder, DynBody};
+use ::kube::client::{Body, ClientBuilder};
 use ::kube::config::{AuthInfo, InferConfigError};
 use ::kube::{Client, Config};
-use http::{Request, Response};
-use tower::BoxError;
+use tower::ServiceBuilder;
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
-use tower_service::Service;
+use tower::util::Either;
 
-use crate::layer::BearerLayer;
-use crate::retry::RetryUnauthorized;
-use crate::source::{LoadError, TokenFile};
-use crate::store::TokenStore;
+use crate::builder::Options;
+use crate::layer::{BearerLayer, RetryUnauthorized};
+use crate::source::FileSource;
+use crate::store::{LoadError, TokenStore};
 
 /// Requests that may wait for the inner stack: the bound of the `Buffer` that makes kube's
 /// default stack clonable (kube's own `Client` uses the same bound).
@@ -88,7 +88,7 @@ const BUFFER: usize = 1024;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The token file could not be loaded (the error names the path).
+    /// The token could not be loaded (the error names its source).
     #[error(transparent)]
     Load(#[from] LoadError),
     /// kube could not build its client from the config.
@@ -99,86 +99,63 @@ pub enum Error {
     InferConfig(#[from] InferConfigError),
 }
 
-/// How the token file is reloaded, and whether 401s are retried.
+/// Whether a request refused with 401 is sent once more with a newer token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retry {
+    /// Sent once more when the reload found a newer token. The default.
+    #[default]
+    Once,
+    /// Never sent again; the 401 still reloads the token, for the requests that follow.
+    Off,
+}
+
+/// How the client's token store is built ([`Options`], the same options as every store's),
+/// and whether 401s are retried.
 ///
-/// The defaults are [`TokenFile`]'s: the directory is watched, the file is re-read every
-/// 60 s regardless, files up to 64 KiB are accepted, 401s to one token reload at most once a
-/// second, and a request refused with 401 is sent once more when the reload found a new
+/// The defaults are the store's: the file's directory is watched, the token is re-read every
+/// 60 s regardless, tokens up to 64 KiB are accepted, 401s to one token reload at most once
+/// a second; and a request refused with 401 is sent once more when the reload found a new
 /// token.
-#[derive(Debug, Clone)]
-pub struct Options {
-    refresh_interval: Option<Option<Duration>>,
-    watch: bool,
-    max_size: Option<usize>,
-    unauthorized_reload_interval: Option<Duration>,
-    retry_unauthorized: bool,
+///
+/// ```
+/// use std::time::Duration;
+/// use bearer_reload::Options;
+/// use bearer_reload::kube::{ClientOptions, Retry};
+///
+/// let options = ClientOptions::new()
+///     .store(Options::new().refresh_interval(Some(Duration::from_secs(30))))
+///     .retry(Retry::Off);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    store: Options,
+    retry: Retry,
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Options {
+impl ClientOptions {
     /// The defaults.
     pub fn new() -> Self {
-        Self {
-            refresh_interval: None,
-            watch: true,
-            max_size: None,
-            unauthorized_reload_interval: None,
-            retry_unauthorized: true,
-        }
+        Self::default()
     }
 
-    /// How often the file is re-read regardless of any event (default 60 s); `None` turns
-    /// the timer off. See [`TokenFile::refresh_interval`].
-    pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
-        self.refresh_interval = Some(interval);
+    /// How the token store is built.
+    pub fn store(mut self, options: Options) -> Self {
+        self.store = options;
         self
     }
 
-    /// Whether to watch the file's directory for changes (default on). See
-    /// [`TokenFile::watch`].
-    pub fn watch(mut self, watch: bool) -> Self {
-        self.watch = watch;
+    /// Whether 401s are retried (default [`Retry::Once`]).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
         self
     }
+}
 
-    /// The largest token file accepted, in bytes (default 64 KiB). See
-    /// [`TokenFile::max_size`].
-    pub fn max_size(mut self, max_size: usize) -> Self {
-        self.max_size = Some(max_size);
-        self
-    }
-
-    /// The least time between two re-reads triggered by 401s to one token (default 1 s). See
-    /// [`TokenFile::unauthorized_reload_interval`].
-    pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
-        self.unauthorized_reload_interval = Some(interval);
-        self
-    }
-
-    /// Whether a request refused with 401 is sent once more with a newer token (default
-    /// on). Off, a 401 still reloads the token, for the requests that follow.
-    pub fn retry_unauthorized(mut self, retry: bool) -> Self {
-        self.retry_unauthorized = retry;
-        self
-    }
-
-    fn token_file(&self, path: PathBuf) -> TokenFile {
-        let mut file = TokenFile::new(path).watch(self.watch);
-        if let Some(interval) = self.refresh_interval {
-            file = file.refresh_interval(interval);
-        }
-        if let Some(max) = self.max_size {
-            file = file.max_size(max);
-        }
-        if let Some(interval) = self.unauthorized_reload_interval {
-            file = file.unauthorized_reload_interval(interval);
-        }
-        file
+impl From<Options> for ClientOptions {
+    fn from(store: Options) -> Self {
+        Self::new().store(store)
     }
 }
 
@@ -186,9 +163,9 @@ impl Options {
 ///
 /// ```no_run
 /// # async fn run(config: kube::Config) -> Result<(), bearer_reload::kube::Error> {
-/// use bearer_reload::kube::{Options, ReloadingClient, client_with};
+/// use bearer_reload::kube::{ClientOptions, ReloadingClient, client_with};
 ///
-/// let ReloadingClient { client, store, .. } = client_with(config, Options::new()).await?;
+/// let ReloadingClient { client, store, .. } = client_with(config, ClientOptions::new()).await?;
 /// # let _ = (client, store); Ok(()) }
 /// ```
 #[non_exhaustive]
@@ -234,19 +211,24 @@ pub async fn infer() -> Result<Client, Error> {
 }
 
 /// A [`kube::Client`] for `config` whose token file is reloaded on every
-/// change and whose 401s are retried once, with the default [`Options`].
+/// change and whose 401s are retried once, with the default [`ClientOptions`].
 ///
 /// Configs that do not use a token file get kube's own client, unchanged (see the
 /// [module docs](self)). Must be called within a tokio runtime.
 pub async fn client(config: Config) -> Result<Client, Error> {
-    Ok(client_with(config, Options::new()).await?.client)
+    Ok(client_with(config, ClientOptions::new()).await?.client)
 }
 
-/// [`client`] with [`Options`], returning the token's store along with the client.
+/// [`client`] with [`ClientOptions`] (or just the store's [`Options`]), returning the
+/// token's store along with the client.
 ///
 /// Fails, naming the path, when the token file is missing or does not hold a valid token;
 /// kube's own client would fail on every request instead.
-pub async fn client_with(mut config: Config, options: Options) -> Result<ReloadingClient, Error> {
+pub async fn client_with(
+    mut config: Config,
+    options: impl Into<ClientOptions>,
+) -> Result<ReloadingClient, Error> {
+    let options = options.into();
     let path = match token_file_in_use(&config.auth_info) {
         Ok(path) => PathBuf::from(path),
         Err(reason) => {
@@ -261,7 +243,7 @@ pub async fn client_with(mut config: Config, options: Options) -> Result<Reloadi
             });
         }
     };
-    let store = options.token_file(path.clone()).load().await?;
+    let store = options.store.source(FileSource::new(&path)).load().await?;
     tracing::debug!(
         path = %path.display(),
         token = %store.current(),
@@ -275,14 +257,16 @@ pub async fn client_with(mut config: Config, options: Options) -> Result<Reloadi
     config.auth_info.exec = None;
     // kube's retry goes outside our layer, so that each attempt gets the current token.
     let default_retry = std::mem::replace(&mut config.default_retry, false);
-    let builder = ClientBuilder::try_from(config)?.with_layer(&BufferLayer::new(BUFFER));
     let layer = BearerLayer::new(store.clone());
-    let client = if options.retry_unauthorized {
-        let layer = layer.retry_unauthorized(RetryUnauthorized::new());
-        finish(builder.with_layer(&layer), default_retry)
-    } else {
-        finish(builder.with_layer(&layer), default_retry)
+    let bearer = match options.retry {
+        Retry::Once => Either::Left(layer.retry_unauthorized(RetryUnauthorized::new())),
+        Retry::Off => Either::Right(layer),
     };
+    let stack = ServiceBuilder::new()
+        .option_layer(default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+        .layer(bearer)
+        .layer(BufferLayer::<http::Request<Body>>::new(BUFFER));
+    let client = ClientBuilder::try_from(config)?.with_layer(&stack).build();
     Ok(ReloadingClient {
         client,
         store: Some(store),
@@ -311,23 +295,6 @@ fn token_file_in_use(auth: &AuthInfo) -> Result<&str, &'static str> {
         return Err("client certificate");
     }
     Err("none")
-}
-
-fn finish<S>(builder: ClientBuilder<S>, default_retry: bool) -> Client
-where
-    S: Service<Request<Body>, Response = Response<Box<DynBody>>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    if default_retry {
-        builder
-            .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
-            .build()
-    } else {
-        builder.build()
-    }
 }
 
 #[cfg(test)]
@@ -362,7 +329,13 @@ mod tests {
 
     #[test]
     fn errors_hold_no_token() {
-        let err = Error::from(LoadError::Directory { path: "/d".into() });
-        assert_eq!(err.to_string(), "token file /d is a directory");
+        let err = Error::from(LoadError::Timeout {
+            origin: "file /d/token".into(),
+            after: std::time::Duration::from_secs(10),
+        });
+        assert_eq!(
+            err.to_string(),
+            "fetching the token from file /d/token took longer than 10s"
+        );
     }
 }

@@ -200,17 +200,8 @@ impl ProjectedTokenDir {
 
 /// `..YYYY_MM_DD_HH_MM_SS.` in UTC (Go layout `..2006_01_02_15_04_05.`).
 fn timestamp_prefix(at: SystemTime) -> String {
-    let secs = at
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = crate::clock::civil_from_days(days);
-    format!(
-        "..{y:04}_{m:02}_{d:02}_{:02}_{:02}_{:02}.",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let at = jiff::Timestamp::try_from(at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    at.strftime("..%Y_%m_%d_%H_%M_%S.").to_string()
 }
 
 /// Replaces `path` the way editors, `mv` and most agents do: writes the bytes to a
@@ -282,7 +273,7 @@ pub struct WatchRegistry {
 /// The process-wide directory watcher registry's counts (for this crate's own tests).
 #[doc(hidden)]
 pub fn watch_registry() -> WatchRegistry {
-    let stats = crate::refresh::watch::stats();
+    let stats = crate::refresh::registry::stats();
     WatchRegistry {
         directories: stats.directories,
         subscribers: stats.subscribers,

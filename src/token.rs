@@ -80,6 +80,11 @@ impl Fingerprint {
     fn of(digest: &[u8; 32]) -> Self {
         Self([digest[0], digest[1], digest[2], digest[3]])
     }
+
+    /// The fingerprint as a number, for keying per-token jitter.
+    pub(crate) fn as_u64(self) -> u64 {
+        u64::from(u32::from_be_bytes(self.0))
+    }
 }
 
 impl fmt::Display for Fingerprint {
@@ -173,6 +178,10 @@ pub struct Token {
     generation: u64,
     loaded_at: SystemTime,
     kind: TokenKind,
+    /// The expiry the source gave, which wins over a JWT's `exp`.
+    source_expiry: Option<SystemTime>,
+    /// When the source asked to be fetched again.
+    refresh_at: Option<SystemTime>,
 }
 
 impl Token {
@@ -215,6 +224,8 @@ impl Token {
             generation: 0,
             loaded_at: SystemTime::now(),
             kind,
+            source_expiry: None,
+            refresh_at: None,
         })
     }
 
@@ -223,9 +234,21 @@ impl Token {
         &self.kind
     }
 
-    /// When the token expires: a JWT's `exp`; `None` for other kinds.
+    /// When the token expires: the expiry its source gave (an exec plugin's
+    /// `expirationTimestamp`, ...), else a JWT's `exp`; `None` when neither is known.
     pub fn expires_at(&self) -> Option<SystemTime> {
-        self.kind.claims().and_then(|c| c.exp)
+        self.source_expiry
+            .or_else(|| self.kind.claims().and_then(|c| c.exp))
+    }
+
+    /// The expiry the source gave, if any (a JWT's `exp` aside).
+    pub(crate) fn source_expiry(&self) -> Option<SystemTime> {
+        self.source_expiry
+    }
+
+    /// When the source asked to be fetched again, if it did.
+    pub fn refresh_at(&self) -> Option<SystemTime> {
+        self.refresh_at
     }
 
     /// When the token is due to be replaced: a JWT's `warnafter`, else its `exp`; `None`
@@ -234,11 +257,18 @@ impl Token {
         self.kind.claims().and_then(Claims::rotate_hint)
     }
 
-    /// How the token stands at `now` against the dates in its claims.
+    /// How the token stands at `now` against the dates in its claims, and the expiry its
+    /// source gave.
     pub fn freshness_at(&self, now: SystemTime) -> Freshness {
-        self.kind
+        let claims = self
+            .kind
             .claims()
-            .map_or(Freshness::Unknown, |c| c.freshness_at(now))
+            .map_or(Freshness::Unknown, |c| c.freshness_at(now));
+        match self.source_expiry {
+            Some(exp) if now >= exp => Freshness::Expired,
+            Some(_) if claims == Freshness::Unknown => Freshness::Fresh,
+            _ => claims,
+        }
     }
 
     /// The `Authorization` header value, `Bearer <token>`, marked sensitive.
@@ -268,6 +298,19 @@ impl Token {
 
     pub(crate) fn with_generation(mut self, generation: u64) -> Self {
         self.generation = generation;
+        self
+    }
+
+    /// When the store read the token (on its clock), and the dates its source gave.
+    pub(crate) fn with_source_dates(
+        mut self,
+        loaded_at: SystemTime,
+        expires_at: Option<SystemTime>,
+        refresh_at: Option<SystemTime>,
+    ) -> Self {
+        self.loaded_at = loaded_at;
+        self.source_expiry = expires_at;
+        self.refresh_at = refresh_at;
         self
     }
 }
@@ -632,7 +675,17 @@ mod tests {
                 t.expires_at(),
                 Some(UNIX_EPOCH + Duration::from_secs(253_402_300_800))
             );
-            assert!(t.to_string().contains("exp 10000-01-01T00:00:00Z"), "{t}");
+            // Past the year 9999, which RFC 3339 cannot write: seconds since the epoch.
+            let shown = t.to_string();
+            assert!(
+                shown.contains("exp 253402300800s since 1970-01-01T00:00:00Z"),
+                "{shown}"
+            );
+            let claims = format!("{:?}", t.kind().claims().unwrap());
+            assert!(
+                claims.contains("iat: Some(0001-01-01T00:00:00Z)"),
+                "{claims}"
+            );
         }
     }
 }

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use bearer_reload::kube::{Error, Options, ReloadingClient, client, client_with};
+use bearer_reload::Options;
+use bearer_reload::kube::{Error, ReloadingClient, client, client_with};
 use bearer_reload::testing::ProjectedTokenDir;
 use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};

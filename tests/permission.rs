@@ -8,7 +8,8 @@ use std::process::Command;
 
 mod support;
 
-use bearer_reload::{LoadError, TokenFile};
+use bearer_reload::TokenFile;
+use bearer_reload::source::FileError;
 use support::quiet_store;
 
 const CHILD: &str = "BEARER_RELOAD_PERMISSION_CHILD";
@@ -69,7 +70,8 @@ fn scenario(dir: &Path) {
 
         // Later: the reload fails, names the path and the problem, and the token stays.
         let err = store.reload().await.unwrap_err();
-        assert!(matches!(err, LoadError::Read { .. }), "{err:?}");
+        let source = err.downcast_ref::<FileError>();
+        assert!(matches!(source, Some(FileError::Read { .. })), "{err:?}");
         let msg = err.to_string();
         assert!(msg.contains("Permission denied"), "{msg}");
         assert!(msg.contains(&path.display().to_string()), "{msg}");

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use bearer_reload::retry::ReplayBody;
+use bearer_reload::body::ReplayBody;
 use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -161,7 +161,7 @@ async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
 /// response and the store.
 async fn after_rotation<B>(req: Request<B>) -> (http::Response<hyper::body::Incoming>, TokenStore)
 where
-    B: bearer_reload::retry::TryCloneBody + http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B: bearer_reload::body::TryCloneBody + http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let dir = tempfile::tempdir().unwrap();

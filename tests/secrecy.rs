@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use bearer_reload::retry::ReplayBody;
+use bearer_reload::body::ReplayBody;
 use bearer_reload::testing::{ProjectedTokenDir, rename_over, truncate_and_write};
 use bearer_reload::token::DEFAULT_MAX_SIZE;
 use bearer_reload::{

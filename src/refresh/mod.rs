@@ -1,7 +1,21 @@
-//! Background refreshers owned by a [`TokenStore`](crate::TokenStore): a directory
-//! watcher that reacts within milliseconds, and a timer that is the backstop when no event
-//! comes. Both hold a weak handle and end with the store's last clone.
+//! What keeps a store fresh in the background: the [timer](timer) and the file
+//! [watcher](watch) (through the process-wide [registry](registry)).
+//!
+//! Each is a future built from a weak [`Handle`]; the builder runs them as one task
+//! that ends when the store is dropped ([`until_closed`]).
 
-pub(crate) mod expiry;
-pub(crate) mod schedule;
+use std::future::Future;
+
+use crate::store::Handle;
+
+pub(crate) mod registry;
+pub(crate) mod timer;
 pub(crate) mod watch;
+
+/// Runs `work` until it ends or the store behind `handle` is dropped.
+pub(crate) async fn until_closed(handle: Handle, work: impl Future<Output = ()>) {
+    tokio::select! {
+        () = handle.closed() => {}
+        () = work => {}
+    }
+}

@@ -1,9 +1,14 @@
 //! [`BearerLayer`]: puts `Authorization: Bearer <token>` on every request, from a
-//! [`TokenStore`].
+//! [`TokenStore`], and reloads the token when a server refuses it.
 //!
 //! The service keeps the current token's prebuilt header value; each request costs one
 //! atomic load (is the cached token still current?) and the clone of a `HeaderValue`, the
-//! same clone tower-http's static `AddAuthorization` makes.
+//! same clone tower-http's static `AddAuthorization` makes. On the way back, one status
+//! comparison: a response that says the token was not accepted (HTTP 401 by default, see
+//! [`classify`](crate::classify)) to a request that carried the store's token starts a
+//! reload at once, without waiting for it, for the requests that follow. With
+//! [`retry_unauthorized`](BearerLayer::retry_unauthorized) the refused request itself is
+//! sent once more with the new token (see [`retry`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -27,53 +32,76 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Where it goes in a stack
-//!
-//! Outside tower-http's `FollowRedirect`: a redirect to another origin then never carries
-//! the token, because the header is set once, on the first hop, and `FollowRedirect`'s
-//! policy strips it on cross-origin hops. Inside it, the layer would put the token back on
-//! every hop. For kube's stack, see the `kube` module.
+//! Where the layer goes in a stack: see [the crate docs](crate#where-the-layer-goes).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, Request};
+use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::retry::{NoRetry, RetryUnauthorized};
+use crate::classify::{Http401, Unauthorized};
 use crate::store::TokenStore;
 use crate::token::Token;
+
+pub mod retry;
+
+pub use retry::RetryUnauthorized;
+
+/// Without a retry: an unauthorized response reloads the token for the requests that
+/// follow, and goes back to the caller. The default policy of [`BearerLayer`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReloadOnUnauthorized<C = Http401> {
+    classifier: C,
+}
 
 /// Layer that adds the store's current bearer token to every request.
 ///
 /// See the [module docs](crate::layer) for an example.
 #[derive(Debug, Clone)]
-pub struct BearerLayer<R = NoRetry> {
+pub struct BearerLayer<P = ReloadOnUnauthorized> {
     store: TokenStore,
     overwrite: bool,
-    retry: R,
+    policy: P,
 }
 
 impl BearerLayer {
     /// A layer taking its token from `store`, leaving requests that already carry an
-    /// `Authorization` header alone, and not retrying.
+    /// `Authorization` header alone, and reloading the token on HTTP 401.
     pub fn new(store: TokenStore) -> Self {
         Self {
             store,
             overwrite: false,
-            retry: NoRetry,
+            policy: ReloadOnUnauthorized::default(),
         }
     }
 }
 
-impl<R> BearerLayer<R> {
+impl<C> BearerLayer<ReloadOnUnauthorized<C>> {
+    /// Use `classifier` to tell unauthorized responses (for example
+    /// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated)).
+    pub fn classifier<D: Unauthorized>(
+        self,
+        classifier: D,
+    ) -> BearerLayer<ReloadOnUnauthorized<D>> {
+        BearerLayer {
+            store: self.store,
+            overwrite: self.overwrite,
+            policy: ReloadOnUnauthorized { classifier },
+        }
+    }
+}
+
+impl<P> BearerLayer<P> {
     /// Replace an `Authorization` header the request already has (default: keep it, as
     /// client-go does; of several values, which HTTP does not allow, the first is kept).
+    /// A request that keeps its own header is the caller's business: its 401 reloads
+    /// nothing and is never retried.
     pub fn overwrite_existing(mut self, overwrite: bool) -> Self {
         self.overwrite = overwrite;
         self
@@ -81,14 +109,14 @@ impl<R> BearerLayer<R> {
 
     /// On an unauthorized response, reload the token and send the request once more with
     /// the new one. See [`RetryUnauthorized`].
-    pub fn retry_unauthorized<C>(
+    pub fn retry_unauthorized<C, F>(
         self,
-        retry: RetryUnauthorized<C>,
-    ) -> BearerLayer<RetryUnauthorized<C>> {
+        retry: RetryUnauthorized<C, F>,
+    ) -> BearerLayer<RetryUnauthorized<C, F>> {
         BearerLayer {
             store: self.store,
             overwrite: self.overwrite,
-            retry,
+            policy: retry,
         }
     }
 
@@ -98,8 +126,8 @@ impl<R> BearerLayer<R> {
     }
 }
 
-impl<S, R: Clone> Layer<S> for BearerLayer<R> {
-    type Service = BearerService<S, R>;
+impl<S, P: Clone> Layer<S> for BearerLayer<P> {
+    type Service = BearerService<S, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         BearerService {
@@ -107,7 +135,7 @@ impl<S, R: Clone> Layer<S> for BearerLayer<R> {
             cached: self.store.current(),
             store: self.store.clone(),
             overwrite: self.overwrite,
-            retry: self.retry.clone(),
+            policy: self.policy.clone(),
         }
     }
 }
@@ -116,15 +144,15 @@ impl<S, R: Clone> Layer<S> for BearerLayer<R> {
 ///
 /// Built by [`BearerLayer`].
 #[derive(Debug, Clone)]
-pub struct BearerService<S, R = NoRetry> {
+pub struct BearerService<S, P = ReloadOnUnauthorized> {
     inner: S,
     store: TokenStore,
     cached: Arc<Token>,
     overwrite: bool,
-    pub(crate) retry: R,
+    policy: P,
 }
 
-impl<S, R> BearerService<S, R> {
+impl<S, P> BearerService<S, P> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -148,7 +176,7 @@ impl<S, R> BearerService<S, R> {
     /// Sets the header unless the request has its own and `overwrite` is off. Returns the
     /// generation of the token it set.
     #[inline]
-    pub(crate) fn authorize(&mut self, headers: &mut HeaderMap) -> Option<u64> {
+    fn authorize(&mut self, headers: &mut HeaderMap) -> Option<u64> {
         if !self.store.is_current(&self.cached) {
             self.cached = self.store.current();
         }
@@ -163,19 +191,16 @@ impl<S, R> BearerService<S, R> {
         }
         Some(self.cached.generation())
     }
-
-    pub(crate) fn parts_mut(&mut self) -> (&mut S, &TokenStore) {
-        (&mut self.inner, &self.store)
-    }
 }
 
-impl<S, B> Service<Request<B>> for BearerService<S, NoRetry>
+impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, ReloadOnUnauthorized<C>>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<ResB>>,
+    C: Unauthorized,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, C>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -184,112 +209,52 @@ where
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        self.authorize(req.headers_mut());
+        let sent = self
+            .authorize(req.headers_mut())
+            .map(|generation| (self.store.clone(), generation));
         ResponseFuture {
             inner: self.inner.call(req),
+            sent,
+            classifier: self.policy.classifier.clone(),
         }
     }
 }
 
 pin_project! {
-    /// Response future of [`BearerService`] without retry: the inner service's future.
+    /// Response future of [`BearerService`] without retry: the inner service's future,
+    /// and a look at the response's status on the way back.
     #[derive(Debug)]
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<F, C = Http401> {
         #[pin]
         inner: F,
+        // The store and the generation of the token the request carried; `None` for a
+        // request that kept its own `Authorization`.
+        sent: Option<(TokenStore, u64)>,
+        classifier: C,
     }
 }
 
-impl<F: Future> Future for ResponseFuture<F> {
+impl<F, ResB, E, C> Future for ResponseFuture<F, C>
+where
+    F: Future<Output = Result<Response<ResB>, E>>,
+    C: Unauthorized,
+{
     type Output = F::Output;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().inner.poll(cx)
+        let this = self.project();
+        let result = ready!(this.inner.poll(cx));
+        if let (Ok(response), Some((store, sent))) = (&result, this.sent.take())
+            && this.classifier.is_unauthorized(response)
+        {
+            // Starts the store's read and returns: the request that follows gets the new
+            // token, this one gets its 401.
+            store.reload_after_unauthorized(sent);
+        }
+        Poll::Ready(result)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::TokenLoader;
-    use std::convert::Infallible;
-    use tower::{ServiceExt, service_fn};
-
-    async fn store_of(token: &str) -> TokenStore {
-        let token = token.as_bytes().to_vec();
-        TokenLoader::new("test", move || {
-            let token = token.clone();
-            async move { Ok::<_, std::io::Error>(token) }
-        })
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap()
-    }
-
-    fn echo_auth() -> impl Service<
-        Request<()>,
-        Response = Option<http::HeaderValue>,
-        Error = Infallible,
-        Future = impl Future<Output = Result<Option<http::HeaderValue>, Infallible>> + Send,
-    > + Clone {
-        service_fn(|req: Request<()>| async move {
-            Ok::<_, Infallible>(req.headers().get(AUTHORIZATION).cloned())
-        })
-    }
-
-    #[tokio::test]
-    async fn sets_a_sensitive_header() {
-        let svc = BearerLayer::new(store_of("tok").await).layer(echo_auth());
-        let got = svc.oneshot(Request::new(())).await.unwrap().unwrap();
-        assert_eq!(got, "Bearer tok");
-        assert!(got.is_sensitive());
-    }
-
-    #[tokio::test]
-    async fn keeps_or_overwrites_an_existing_header() {
-        let own = || {
-            Request::builder()
-                .header(AUTHORIZATION, "Basic dXNlcg==")
-                .body(())
-                .unwrap()
-        };
-        let store = store_of("tok").await;
-        let keep = BearerLayer::new(store.clone()).layer(echo_auth());
-        assert_eq!(
-            keep.oneshot(own()).await.unwrap().unwrap(),
-            "Basic dXNlcg=="
-        );
-        let over = BearerLayer::new(store)
-            .overwrite_existing(true)
-            .layer(echo_auth());
-        assert_eq!(over.oneshot(own()).await.unwrap().unwrap(), "Bearer tok");
-    }
-
-    #[tokio::test]
-    async fn a_rotation_reaches_an_existing_service() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        std::fs::write(&path, "one").unwrap();
-        let store = crate::TokenFile::new(&path)
-            .watch(false)
-            .refresh_interval(None)
-            .load()
-            .await
-            .unwrap();
-        let mut svc = BearerLayer::new(store.clone()).layer(echo_auth());
-        let got = svc.ready().await.unwrap().call(Request::new(())).await;
-        assert_eq!(got.unwrap().unwrap(), "Bearer one");
-        std::fs::write(&path, "two").unwrap();
-        store.reload().await.unwrap();
-        let got = svc.ready().await.unwrap().call(Request::new(())).await;
-        assert_eq!(got.unwrap().unwrap(), "Bearer two");
-        // A clone made before the rotation also catches up.
-        let clone = svc.clone();
-        std::fs::write(&path, "three").unwrap();
-        store.reload().await.unwrap();
-        let got = clone.oneshot(Request::new(())).await.unwrap().unwrap();
-        assert_eq!(got, "Bearer three");
-    }
-}
+mod tests;

@@ -23,19 +23,19 @@ pub(crate) struct ExpiryWarnings {
 impl ExpiryWarnings {
     /// Warns, once per token, when `token`, just confirmed as the newest the source holds,
     /// has expired or is overdue for rotation at `now`.
-    pub(crate) fn check(&self, token: &Token, now: SystemTime, source: &dyn fmt::Debug) {
+    pub(crate) fn check(&self, token: &Token, now: SystemTime, source: &dyn fmt::Display) {
         let generation = token.generation();
         // `fetch_max`: a check of an older token that finishes late cannot re-arm a warning.
         let first = |seen: &AtomicU64| seen.fetch_max(generation, Ordering::AcqRel) < generation;
         let claims = token.kind().claims();
-        let exp = claims.and_then(|c| c.exp).map(|t| display(Rfc3339(t)));
+        let exp = token.expires_at().map(|t| display(Rfc3339(t)));
         match token.freshness_at(now) {
             Freshness::Expired => {
                 // An expired token is past overdue too: one warning says it all.
                 self.overdue.fetch_max(generation, Ordering::AcqRel);
                 if first(&self.expired) {
                     tracing::warn!(
-                        ?source,
+                        %source,
                         %token,
                         exp,
                         "the token in use has expired and its source holds no newer token: \
@@ -48,7 +48,7 @@ impl ExpiryWarnings {
                     .and_then(|c| c.warnafter())
                     .map(|t| display(Rfc3339(t)));
                 tracing::warn!(
-                    ?source,
+                    %source,
                     %token,
                     exp,
                     warnafter,

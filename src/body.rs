@@ -1,0 +1,308 @@
+//! Request bodies that can be sent a second time: [`TryCloneBody`] and [`ReplayBody`].
+//!
+//! A 401 retry sends the same request again, body included. Bodies that clone cheaply
+//! (`Full<Bytes>`, `kube::client::Body`) implement [`TryCloneBody`]; a streamed body is
+//! wrapped in a [`ReplayBody`], which keeps a copy of what it streams, up to a limit, as the
+//! first attempt sends it (modelled on linkerd2-proxy's `ReplayBody`). A body from another
+//! crate that clones in its own way needs no trait impl: give the retry policy a function
+//! ([`RetryUnauthorized::clone_body_fn`](crate::RetryUnauthorized::clone_body_fn)).
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes};
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+
+use crate::sync::lock;
+
+/// A request body that can be copied for a second attempt.
+///
+/// Implemented for bodies that clone cheaply and for [`ReplayBody`]. A body type that is
+/// not replayable at all can implement it by returning `None`: its requests get the reload
+/// on 401 but are not sent again. The copy is made for every request before it is sent:
+/// `Bytes`, `Full<Bytes>` and `kube::client::Body` share their buffer, while `String` and
+/// `Vec<u8>` are copied whole.
+pub trait TryCloneBody: Sized {
+    /// A copy of the body as it was before anything was read from it, or `None`.
+    fn try_clone_body(&self) -> Option<Self>;
+
+    /// Called on a copy made by `try_clone_body` right before it is sent: whether it can
+    /// be. [`ReplayBody`] says no once its body outgrew the limit or failed; otherwise the
+    /// copy takes the body over, and the first attempt's body reads no further (hyper may
+    /// still be sending it after the response arrived), so the record stays complete.
+    fn start_replay(&self) -> bool {
+        true
+    }
+}
+
+macro_rules! clone_body {
+    ($($ty:ty),* $(,)?) => {$(
+        impl TryCloneBody for $ty {
+            fn try_clone_body(&self) -> Option<Self> {
+                Some(self.clone())
+            }
+        }
+    )*};
+}
+
+clone_body!(
+    String,
+    Bytes,
+    Vec<u8>,
+    (),
+    http_body_util::Full<Bytes>,
+    http_body_util::Empty<Bytes>,
+);
+
+#[cfg(feature = "kube")]
+impl TryCloneBody for kube::client::Body {
+    fn try_clone_body(&self) -> Option<Self> {
+        self.try_clone()
+    }
+}
+
+/// The default limit of a [`ReplayBody`]: 64 KiB.
+pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
+
+/// Why a [`ReplayBody`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError<E> {
+    /// The wrapped body failed.
+    #[error(transparent)]
+    Body(E),
+    /// This copy cannot be sent whole: the body outgrew the replay limit before the copy
+    /// was asked for, or another copy took the body over while this one was being sent.
+    /// The body ends with this error rather than short, so that a truncated request is
+    /// never sent as if it were complete.
+    #[error("the request body cannot be sent whole again (replay limit {limit} bytes)")]
+    Incomplete {
+        /// The replay limit.
+        limit: usize,
+    },
+}
+
+/// A body wrapper that keeps a copy of the chunks it streams, up to a limit, so that the
+/// request can be sent a second time.
+///
+/// Nothing is read ahead: the copy is made as the first attempt sends the body. A body
+/// that streams more than the limit is sent normally, and its request is not retried; a
+/// body whose size hint already says it is larger is not even recorded
+/// ([`try_with_limit`](Self::try_with_limit) hands it back instead).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use bearer_reload::body::{ReplayBody, TryCloneBody};
+/// use http_body_util::{BodyExt, Full};
+///
+/// let body = ReplayBody::new(Full::new(bytes::Bytes::from_static(b"hello")));
+/// let replay = body.try_clone_body().unwrap();
+/// assert_eq!(body.collect().await.unwrap().to_bytes(), "hello");
+/// assert!(replay.start_replay());
+/// assert_eq!(replay.collect().await.unwrap().to_bytes(), "hello");
+/// # }
+/// ```
+pub struct ReplayBody<B> {
+    shared: Arc<Mutex<ReplayState<B>>>,
+    /// Which handle this is: a newer handle that has started reading supersedes older ones.
+    id: u64,
+    /// The next recorded chunk this handle yields.
+    pos: usize,
+    trailers_sent: bool,
+}
+
+struct ReplayState<B> {
+    body: Pin<Box<B>>,
+    chunks: Vec<Bytes>,
+    recorded: usize,
+    limit: usize,
+    /// More than `limit` bytes went by (or were announced): the record is incomplete.
+    overflowed: bool,
+    /// The inner body failed: it cannot be replayed.
+    failed: bool,
+    ended: bool,
+    trailers: Option<HeaderMap>,
+    handles: u64,
+    reader: u64,
+}
+
+impl<B> std::fmt::Debug for ReplayBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = lock(&self.shared);
+        f.debug_struct("ReplayBody")
+            .field("recorded", &state.recorded)
+            .field("limit", &state.limit)
+            .field("overflowed", &state.overflowed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Body> ReplayBody<B> {
+    /// Wraps `body`, keeping up to [`DEFAULT_REPLAY_LIMIT`] bytes for a replay.
+    pub fn new(body: B) -> Self {
+        Self::with_limit(body, DEFAULT_REPLAY_LIMIT)
+    }
+
+    /// Wraps `body`, keeping up to `limit` bytes for a replay. A body whose size hint says
+    /// it is larger streams on without a copy.
+    pub fn with_limit(body: B, limit: usize) -> Self {
+        let too_big = body.size_hint().lower() > limit as u64;
+        Self {
+            shared: Arc::new(Mutex::new(ReplayState {
+                body: Box::pin(body),
+                chunks: Vec::new(),
+                recorded: 0,
+                limit,
+                overflowed: too_big,
+                failed: false,
+                ended: false,
+                trailers: None,
+                handles: 1,
+                reader: 0,
+            })),
+            id: 0,
+            pos: 0,
+            trailers_sent: false,
+        }
+    }
+
+    /// Wraps `body` unless its size hint says it cannot fit in `limit` bytes; then hands it
+    /// back untouched.
+    pub fn try_with_limit(body: B, limit: usize) -> Result<Self, B> {
+        if body.size_hint().lower() > limit as u64 {
+            Err(body)
+        } else {
+            Ok(Self::with_limit(body, limit))
+        }
+    }
+}
+
+impl<B> TryCloneBody for ReplayBody<B> {
+    fn try_clone_body(&self) -> Option<Self> {
+        let mut state = lock(&self.shared);
+        if state.overflowed || state.failed {
+            return None;
+        }
+        let id = state.handles;
+        state.handles += 1;
+        Some(Self {
+            shared: self.shared.clone(),
+            id,
+            pos: 0,
+            trailers_sent: false,
+        })
+    }
+
+    fn start_replay(&self) -> bool {
+        let mut state = lock(&self.shared);
+        if state.overflowed || state.failed {
+            return false;
+        }
+        state.reader = state.reader.max(self.id);
+        true
+    }
+}
+
+impl<B> Body for ReplayBody<B>
+where
+    B: Body,
+{
+    type Data = Bytes;
+    type Error = ReplayError<B::Error>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let mut state = lock(&this.shared);
+        let superseded = this.id < state.reader;
+        let unrecorded = this.id > state.reader && (state.overflowed || state.failed);
+        if superseded || unrecorded {
+            // A replay took the body over while this attempt was being sent; or this is a
+            // replay of a record that is incomplete. Either way this copy is not whole.
+            return Poll::Ready(Some(Err(ReplayError::Incomplete { limit: state.limit })));
+        }
+        state.reader = this.id;
+        if let Some(chunk) = state.chunks.get(this.pos) {
+            this.pos += 1;
+            return Poll::Ready(Some(Ok(Frame::data(chunk.clone()))));
+        }
+        if state.ended {
+            if !this.trailers_sent {
+                this.trailers_sent = true;
+                if let Some(trailers) = state.trailers.clone() {
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                }
+            }
+            return Poll::Ready(None);
+        }
+        let frame = match ready!(state.body.as_mut().poll_frame(cx)) {
+            None => {
+                state.ended = true;
+                return Poll::Ready(None);
+            }
+            Some(Err(e)) => {
+                state.failed = true;
+                return Poll::Ready(Some(Err(ReplayError::Body(e))));
+            }
+            Some(Ok(frame)) => frame,
+        };
+        match frame.into_data() {
+            Ok(mut data) => {
+                let chunk = data.copy_to_bytes(data.remaining());
+                if !state.overflowed && state.recorded + chunk.len() <= state.limit {
+                    state.recorded += chunk.len();
+                    state.chunks.push(chunk.clone());
+                    this.pos += 1;
+                } else {
+                    // Past the limit: stream on, but no copy is kept.
+                    state.overflowed = true;
+                    state.chunks = Vec::new();
+                }
+                Poll::Ready(Some(Ok(Frame::data(chunk))))
+            }
+            Err(frame) => match frame.into_trailers() {
+                Ok(trailers) => {
+                    state.ended = true;
+                    state.trailers = Some(trailers.clone());
+                    this.trailers_sent = true;
+                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                }
+                // A frame kind http-body does not know yet: pass nothing on.
+                Err(_) => Poll::Ready(None),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let state = lock(&self.shared);
+        self.pos >= state.chunks.len()
+            && (state.ended && (self.trailers_sent || state.trailers.is_none())
+                || state.body.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let state = lock(&self.shared);
+        let buffered: u64 = state.chunks[self.pos.min(state.chunks.len())..]
+            .iter()
+            .map(|c| c.len() as u64)
+            .sum();
+        if state.ended {
+            return SizeHint::with_exact(buffered);
+        }
+        let inner = state.body.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + buffered);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + buffered);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests;

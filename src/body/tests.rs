@@ -1,0 +1,103 @@
+use super::*;
+use http::HeaderValue;
+use http_body_util::{BodyExt, Full, StreamBody};
+
+fn chunks(parts: &[&'static str]) -> impl Body<Data = Bytes, Error = std::io::Error> + use<> {
+    let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = parts
+        .iter()
+        .map(|p| Ok(Frame::data(Bytes::from_static(p.as_bytes()))))
+        .collect();
+    StreamBody::new(futures_util::stream::iter(frames))
+}
+
+fn is_incomplete<E>(r: Option<Result<Frame<Bytes>, ReplayError<E>>>) -> bool {
+    matches!(r, Some(Err(ReplayError::Incomplete { .. })))
+}
+
+#[tokio::test]
+async fn a_replay_yields_the_same_chunks() {
+    let body = ReplayBody::new(chunks(&["ab", "cd", "ef"]));
+    let replay = body.try_clone_body().unwrap();
+    assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
+    assert!(replay.start_replay());
+    assert_eq!(replay.size_hint().exact(), Some(6));
+    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+}
+
+#[tokio::test]
+async fn a_replay_continues_a_partly_read_body_and_the_first_copy_ends_in_an_error() {
+    let mut body = ReplayBody::new(chunks(&["ab", "cd", "ef"]));
+    let replay = body.try_clone_body().unwrap();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "ab");
+    // The replay takes over: the first attempt's body does not end quietly short.
+    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+    assert!(is_incomplete(body.frame().await));
+}
+
+#[tokio::test]
+async fn starting_a_replay_stops_the_first_attempt_at_once() {
+    // The first attempt is still being sent when the replay is decided on: from then on
+    // it reads nothing more, so it cannot push the record past the limit behind the
+    // replay's back.
+    let mut body = ReplayBody::with_limit(chunks(&["ab", "cd", "ef"]), 4);
+    let replay = body.try_clone_body().unwrap();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "ab");
+    assert!(replay.start_replay());
+    assert!(is_incomplete(body.frame().await));
+    // The replay gets everything, past the limit too: it is the one reading now.
+    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+}
+
+#[tokio::test]
+async fn over_the_limit_streams_on_but_cannot_replay() {
+    let body = ReplayBody::with_limit(chunks(&["abcd", "efgh", "ij"]), 6);
+    let mut replay = body.try_clone_body().unwrap();
+    assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdefghij");
+    assert!(!replay.start_replay());
+    // Sent anyway, the copy says it is incomplete instead of ending short.
+    assert!(is_incomplete(replay.frame().await));
+}
+
+#[tokio::test]
+async fn a_body_announced_larger_than_the_limit_is_refused_up_front() {
+    let big = || Full::new(Bytes::from(vec![b'x'; 100]));
+    let body = ReplayBody::with_limit(big(), 99);
+    assert!(body.try_clone_body().is_none(), "no copy is even offered");
+    assert_eq!(body.collect().await.unwrap().to_bytes().len(), 100);
+    let handed_back = ReplayBody::try_with_limit(big(), 99).unwrap_err();
+    assert_eq!(handed_back.size_hint().exact(), Some(100));
+    let fits = ReplayBody::try_with_limit(big(), 100).unwrap();
+    assert!(fits.try_clone_body().is_some());
+}
+
+#[tokio::test]
+async fn trailers_are_replayed() {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-sum", HeaderValue::from_static("1"));
+    let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"x"))),
+        Ok(Frame::trailers(trailers.clone())),
+    ];
+    let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
+    let replay = body.try_clone_body().unwrap();
+    let first = body.collect().await.unwrap();
+    assert_eq!(first.trailers(), Some(&trailers));
+    let second = replay.collect().await.unwrap();
+    assert_eq!(second.trailers(), Some(&trailers));
+    assert_eq!(second.to_bytes(), "x");
+}
+
+#[tokio::test]
+async fn a_failed_body_cannot_replay() {
+    let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"x"))),
+        Err(std::io::Error::other("reset")),
+    ];
+    let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
+    let replay = body.try_clone_body().unwrap();
+    let err = body.collect().await.unwrap_err();
+    assert!(matches!(err, ReplayError::Body(ref e) if e.to_string() == "reset"));
+    assert!(!replay.start_replay());
+}

@@ -1,0 +1,303 @@
+//! Building a [`TokenStore`]: one builder for every kind of source, and its options.
+//!
+//! [`StoreBuilder`] holds a source and the options every store shares; `.load().await`
+//! fetches the first token (an error there names the source and the problem), builds the
+//! store and starts what keeps it fresh: the timer, and for a file the directory watcher.
+//! [`TokenFile`] and [`TokenLoader`] are the builder for a file and for an async closure;
+//! [`StoreBuilder::from_source`] takes any [`TokenSource`]; [`Options`] is the builder
+//! before it has a source, for code that learns the source later (the `kube` module).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), bearer_reload::LoadError> {
+//! use std::time::Duration;
+//! use bearer_reload::TokenFile;
+//!
+//! let store = TokenFile::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+//!     .refresh_interval(Some(Duration::from_secs(60)))
+//!     .load()
+//!     .await?;
+//! println!("loaded {}", store.current());
+//! # Ok(()) }
+//! ```
+//!
+//! Like `tower::buffer::Buffer::pair`, [`StoreBuilder::pair`] hands back the background
+//! work instead of spawning it, for an application that runs its own tasks.
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::refresh;
+use crate::source::{BoxError, FileSource, FnSource, TokenSource};
+use crate::store::{Config, LoadError, TokenStore};
+use crate::token::DEFAULT_MAX_SIZE;
+
+/// The builder before it has a source: [`StoreBuilder`]'s options alone.
+///
+/// ```
+/// use std::time::Duration;
+/// use bearer_reload::{Options, TokenFile};
+///
+/// let options = Options::new().refresh_interval(Some(Duration::from_secs(30)));
+/// let builder = options.source(bearer_reload::source::FileSource::new("/run/token"));
+/// # let _ = builder;
+/// ```
+pub type Options = StoreBuilder<NoSource>;
+
+/// The builder of a store that reads a token file. See [`StoreBuilder`] for the options.
+pub type TokenFile = StoreBuilder<FileSource>;
+
+/// The builder of a store whose bytes come from an async closure. See [`StoreBuilder`] for
+/// the options.
+pub type TokenLoader = StoreBuilder<FnSource>;
+
+/// The source of an [`Options`]: none yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSource;
+
+/// Builds a [`TokenStore`] on a source (see the [module docs](self)).
+///
+/// By default the source is read again every 60 seconds and, for a file, on every change
+/// in its directory; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
+/// one token trigger at most one fetch a second.
+#[derive(Clone)]
+pub struct StoreBuilder<S> {
+    source: S,
+    refresh_interval: Option<Duration>,
+    watch: bool,
+    max_size: usize,
+    unauthorized_interval: Duration,
+    read_timeout: Duration,
+    clock: Clock,
+}
+
+impl<S: fmt::Debug> fmt::Debug for StoreBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("source", &self.source)
+            .field("refresh_interval", &self.refresh_interval)
+            .field("watch", &self.watch)
+            .field("max_size", &self.max_size)
+            .field("unauthorized_interval", &self.unauthorized_interval)
+            .field("read_timeout", &self.read_timeout)
+            .finish()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Options {
+    /// The defaults, without a source.
+    pub fn new() -> Self {
+        StoreBuilder {
+            source: NoSource,
+            refresh_interval: Some(Duration::from_secs(60)),
+            watch: true,
+            max_size: DEFAULT_MAX_SIZE,
+            unauthorized_interval: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(10),
+            clock: Clock::default(),
+        }
+    }
+}
+
+impl TokenFile {
+    /// A token file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Options::new().source(FileSource::new(path))
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.source.path().expect("a file source has a path")
+    }
+}
+
+impl TokenLoader {
+    /// A loader named `name` (used in errors and logs) that calls `load` for the bytes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use bearer_reload::TokenLoader;
+    ///
+    /// let store = TokenLoader::new("static", || async { Ok::<_, std::io::Error>(b"abc".to_vec()) })
+    ///     .load()
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(store.current().header_value(), "Bearer abc");
+    /// # }
+    /// ```
+    pub fn new<F, Fut, E>(name: impl Into<String>, load: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<u8>, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        Options::new().source(FnSource::new(name, load))
+    }
+}
+
+impl<S: TokenSource> StoreBuilder<S> {
+    /// A builder on any source, with the default options.
+    pub fn from_source(source: S) -> Self {
+        Options::new().source(source)
+    }
+}
+
+impl<S> StoreBuilder<S> {
+    /// The same options on another source.
+    pub fn source<T: TokenSource>(self, source: T) -> StoreBuilder<T> {
+        StoreBuilder {
+            source,
+            refresh_interval: self.refresh_interval,
+            watch: self.watch,
+            max_size: self.max_size,
+            unauthorized_interval: self.unauthorized_interval,
+            read_timeout: self.read_timeout,
+            clock: self.clock,
+        }
+    }
+
+    /// How often the source is read again regardless of any event (default 60 s); `None`
+    /// turns the timer off, and with it the reads at the moments the token's dates tell
+    /// about.
+    pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
+        self.refresh_interval = interval;
+        self
+    }
+
+    /// Whether to watch the source's file for changes (default on; a source that is not a
+    /// file has nothing to watch).
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// The largest token accepted, in bytes (default 64 KiB). A file is refused from its
+    /// length, or after reading at most `max_size + 1` bytes.
+    pub fn max_size(mut self, max_size: usize) -> Self {
+        self.max_size = max_size;
+        self
+    }
+
+    /// The least time between two fetches triggered by unauthorized responses to the same
+    /// token (default 1 s), so that a token that is simply wrong costs one fetch per
+    /// interval, however many requests it fails. A token newer than the last one refused
+    /// gets a fetch at once.
+    pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
+        self.unauthorized_interval = interval;
+        self
+    }
+
+    /// How long one fetch may take before it counts as failed (default 10 s): a read stuck
+    /// on a dead mount or a hung plugin must not hold up every later reload.
+    pub fn read_timeout(mut self, limit: Duration) -> Self {
+        self.read_timeout = limit;
+        self
+    }
+
+    /// The wall clock the store compares token dates to (tests only).
+    #[cfg(test)]
+    pub(crate) fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+impl<S: TokenSource> StoreBuilder<S> {
+    /// Fetches the first token and returns a store that keeps it fresh, with its timer and
+    /// watcher running as a tokio task that ends with the store.
+    ///
+    /// Fails, naming the source, when the first fetch fails or does not yield a valid
+    /// token. Must be called within a tokio runtime with its time driver (`#[tokio::main]`
+    /// and `#[tokio::test]` have one): the store's reads run there, with a time limit.
+    pub async fn load(self) -> Result<TokenStore, LoadError> {
+        let (store, refresher) = self.pair().await?;
+        if !refresher.is_idle() {
+            tokio::spawn(refresher);
+        }
+        Ok(store)
+    }
+
+    /// Like [`load`](Self::load), but hands back the background work for the caller to
+    /// run (it ends when the store is dropped) instead of spawning it.
+    pub async fn pair(self) -> Result<(TokenStore, Refresher), LoadError> {
+        let config = Config {
+            max_size: self.max_size,
+            read_timeout: self.read_timeout,
+            unauthorized_interval: self.unauthorized_interval,
+            clock: self.clock,
+        };
+        let watch_path = self
+            .watch
+            .then(|| self.source.path().map(Path::to_owned))
+            .flatten();
+        let origin = self.source.describe();
+        let store = TokenStore::load(Arc::new(self.source), origin, config).await?;
+        let handle = store.downgrade();
+        let timer = self
+            .refresh_interval
+            .map(|period| refresh::timer::run(handle.clone(), period, self.clock));
+        let watcher = watch_path.map(|path| refresh::watch::watch(handle.clone(), &path));
+        let work: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = match (timer, watcher) {
+            (None, None) => None,
+            (timer, watcher) => Some(Box::pin(refresh::until_closed(handle, async move {
+                let timer = async move {
+                    if let Some(timer) = timer {
+                        timer.await;
+                    }
+                };
+                let watcher = async move {
+                    if let Some(watcher) = watcher {
+                        watcher.await;
+                    }
+                };
+                tokio::join!(timer, watcher);
+            }))),
+        };
+        Ok((store, Refresher { work }))
+    }
+}
+
+/// The background work of a store (its timer and watcher), from [`StoreBuilder::pair`]:
+/// a future to spawn. It ends when the store is dropped.
+#[must_use = "a refresher does nothing unless it is spawned or polled"]
+pub struct Refresher {
+    work: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl Refresher {
+    /// Whether there is nothing to run (timer and watcher both off).
+    pub fn is_idle(&self) -> bool {
+        self.work.is_none()
+    }
+}
+
+impl fmt::Debug for Refresher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refresher")
+            .field("idle", &self.is_idle())
+            .finish()
+    }
+}
+
+impl Future for Refresher {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.work.as_mut() {
+            Some(work) => work.as_mut().poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! What counts as "the token was not accepted": HTTP 401, or gRPC `UNAUTHENTICATED`.
+//!
+//! The layer asks its classifier about every response to a request that carried the
+//! store's token; an unauthorized one reloads the token (and, with
+//! [`RetryUnauthorized`](crate::RetryUnauthorized), may send the request again).
+
+use http::{Response, StatusCode};
+
+/// Decides whether a response means "the token was not accepted".
+pub trait Unauthorized: Clone {
+    /// Whether `response` is an authentication failure.
+    fn is_unauthorized<B>(&self, response: &Response<B>) -> bool;
+}
+
+/// HTTP `401 Unauthorized`. The default classifier.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Http401;
+
+impl Unauthorized for Http401 {
+    #[inline]
+    fn is_unauthorized<B>(&self, response: &Response<B>) -> bool {
+        response.status() == StatusCode::UNAUTHORIZED
+    }
+}
+
+/// gRPC `UNAUTHENTICATED`: `grpc-status: 16` in the response headers (a trailers-only
+/// response, which is how gRPC servers answer a call they refuse before it starts), or an
+/// HTTP 401 from a proxy in front of the server.
+///
+/// A `grpc-status` sent in the trailers after a streamed body is not seen: it arrives
+/// after the response has been handed to the caller.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcUnauthenticated;
+
+impl Unauthorized for GrpcUnauthenticated {
+    #[inline]
+    fn is_unauthorized<B>(&self, response: &Response<B>) -> bool {
+        response.status() == StatusCode::UNAUTHORIZED
+            || response
+                .headers()
+                .get("grpc-status")
+                .is_some_and(|v| v.as_bytes() == b"16")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifiers() {
+        let res = |status: u16, grpc: Option<&'static str>| {
+            let mut r = Response::builder().status(status);
+            if let Some(g) = grpc {
+                r = r.header("grpc-status", g);
+            }
+            r.body(()).unwrap()
+        };
+        assert!(Http401.is_unauthorized(&res(401, None)));
+        assert!(!Http401.is_unauthorized(&res(403, None)));
+        assert!(!Http401.is_unauthorized(&res(200, Some("16"))));
+        assert!(GrpcUnauthenticated.is_unauthorized(&res(200, Some("16"))));
+        assert!(GrpcUnauthenticated.is_unauthorized(&res(401, None)));
+        assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("7"))));
+        assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("0"))));
+        assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("160"))));
+    }
+}

@@ -1,0 +1,133 @@
+//! The timer: re-read the source every period, whatever else happens, and also at the
+//! moments the current token tells about.
+//!
+//! **A token that a file holds** (no dates from its source) says when it changes through
+//! its claims. The kubelet rewrites a projected token at 80% of its lifetime (from `iat` to
+//! `warnafter`, or to `exp` when there is no `warnafter`) plus a jitter of up to 10 s, so
+//! the timer re-reads 10 s after that point: a `subPath` mount or a setup without a watcher
+//! picks the new token up then, not up to a period later. It also re-reads when the token
+//! becomes overdue and when it expires, so that the expiry warnings come on time, after a
+//! read that confirms the source holds nothing newer. A legacy-extended token (`exp` a
+//! year out, `warnafter` an hour out) is scheduled from `warnafter`.
+//!
+//! **A token whose source gave its dates** (an exec plugin's `expirationTimestamp`, a
+//! TokenRequest) is fetched again at the moment the source asked for, or else before it
+//! expires by a margin of a tenth of its lifetime (at least a minute, at most half of it),
+//! less a jitter drawn per token so that a fleet does not refresh in step.
+//!
+//! The moments are recomputed from the current token after every read and every rotation.
+//! A moment further away than the next periodic read waits for it. A failed read is tried
+//! again sooner than the period: after 1 s, then twice as long each time, up to the period.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::clock::{Clock, jitter};
+use crate::source::Trigger;
+use crate::store::{Handle, OnFailure, Recency};
+use crate::token::Token;
+
+/// How long after the kubelet's rotation point the file is re-read: its jitter.
+const KUBELET_JITTER: Duration = Duration::from_secs(10);
+
+/// The least margin before a source-given expiry.
+const MIN_MARGIN: Duration = Duration::from_secs(60);
+
+/// The first retry after a failed read; each next one waits twice as long, up to the period.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// Re-reads the store's source every `period`, and at the moments the current token tells
+/// about (see the module docs), until the store is dropped.
+pub(crate) async fn run(store: Handle, period: Duration, clock: Clock) {
+    let Some(mut rotations) = store.upgrade().map(|s| s.subscribe()) else {
+        return;
+    };
+    let mut next_tick = Instant::now() + period;
+    // Moments at or before this one were served: a timer that fires a hair early (the
+    // wall clock and tokio's clock are not the same clock) must not serve one twice.
+    let mut served: Option<SystemTime> = None;
+    let mut retry: Option<Duration> = None;
+    loop {
+        let (wake, moment) = {
+            let Some(current) = store.upgrade().map(|s| s.current()) else {
+                return;
+            };
+            let (now, now_instant) = (clock.now(), Instant::now());
+            let until_tick = next_tick.saturating_duration_since(now_instant);
+            let after = served.map_or(now, |s| s.max(now));
+            match next_moment(&current, after) {
+                Some(at) if at.duration_since(now).unwrap_or_default() < until_tick => {
+                    let wait = at.duration_since(now).unwrap_or_default();
+                    (now_instant + wait, Some(at))
+                }
+                _ => (next_tick, None),
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            changed = rotations.changed() => {
+                if changed.is_err() {
+                    return; // the store is gone
+                }
+                // Another trigger (the watcher, a 401, a call) installed a new token:
+                // its moments replace the old token's, without a read now.
+                continue;
+            }
+        }
+        // Failures are reported by the store; the next attempt comes sooner than a period.
+        match store
+            .reload(Trigger::Timer, Recency::AfterNow, OnFailure::Report)
+            .await
+        {
+            None => return,
+            Some(Ok(_)) => retry = None,
+            Some(Err(_)) => {
+                retry = Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(period));
+            }
+        }
+        rotations.borrow_and_update();
+        if moment.is_some() {
+            served = moment;
+        }
+        // A read just happened: the next periodic one is a full period away (or the retry
+        // delay). After a suspended process wakes up this is one re-read, not a burst.
+        next_tick = Instant::now() + retry.unwrap_or(period);
+    }
+}
+
+/// The first moment strictly after `after` at which `token` should be fetched again.
+fn next_moment(token: &Token, after: SystemTime) -> Option<SystemTime> {
+    let moments = match token.source_expiry() {
+        Some(exp) => [
+            token.refresh_at().or_else(|| before_expiry(token, exp)),
+            Some(exp),
+            None,
+        ],
+        None if token.refresh_at().is_some() => [token.refresh_at(), None, None],
+        None => {
+            let claims = token.kind().claims();
+            [
+                claims
+                    .and_then(|c| c.rotation_point())
+                    .and_then(|at| at.checked_add(KUBELET_JITTER)),
+                claims.and_then(|c| c.overdue_at()),
+                claims.and_then(|c| c.exp),
+            ]
+        }
+    };
+    moments.into_iter().flatten().filter(|&at| at > after).min()
+}
+
+/// `exp` less a tenth of the token's lifetime (at least [`MIN_MARGIN`], at most half the
+/// lifetime), less a jitter of up to a quarter of that margin drawn for this token.
+fn before_expiry(token: &Token, exp: SystemTime) -> Option<SystemTime> {
+    let lifetime = exp.duration_since(token.loaded_at()).ok()?;
+    let margin = (lifetime / 10).max(MIN_MARGIN).min(lifetime / 2);
+    let spread = jitter(token.fingerprint().as_u64(), margin / 4);
+    exp.checked_sub(margin + spread)
+        .map(|at| at.max(token.loaded_at() + lifetime / 2))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,346 @@
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use jsonwebtoken::Algorithm;
+use tokio::time::Instant;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+use crate::TokenLoader;
+use crate::clock::Clock;
+use crate::store::TokenStore;
+use crate::token::Freshness;
+
+/// The wall-clock time at which each test starts.
+const T0: u64 = 1_800_000_000;
+const TTL: u64 = 3607;
+const YEAR: u64 = 365 * 24 * 3600;
+
+fn wall(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + secs)
+}
+
+/// A projected service-account token issued `iat` seconds into the test.
+fn projected(iat: u64, exp: u64, warnafter: Option<u64>) -> String {
+    let claims = crate::token::claims::tests::service_account_claims(
+        T0 + iat,
+        T0 + exp,
+        warnafter.map(|w| T0 + w),
+    );
+    crate::token::claims::tests::sign(Algorithm::ES256, &claims)
+}
+
+/// A token file that the test writes, as seen through a loader, under paused time.
+#[derive(Clone)]
+struct File {
+    start: Instant,
+    content: Arc<Mutex<String>>,
+    reads: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl File {
+    fn new(token: String) -> Self {
+        Self {
+            start: Instant::now(),
+            content: Arc::new(Mutex::new(token)),
+            reads: Arc::default(),
+        }
+    }
+
+    fn write(&self, token: String) {
+        *self.content.lock().unwrap() = token;
+    }
+
+    /// Times of the reads, in seconds since the start of the test.
+    fn reads(&self) -> Vec<f64> {
+        let reads = self.reads.lock().unwrap();
+        reads.iter().map(Duration::as_secs_f64).collect()
+    }
+
+    async fn store(&self, period: Option<Duration>) -> TokenStore {
+        let this = self.clone();
+        TokenLoader::new("test-file", move || {
+            let this = this.clone();
+            async move {
+                this.reads.lock().unwrap().push(this.start.elapsed());
+                Ok::<_, std::io::Error>(this.content.lock().unwrap().clone().into_bytes())
+            }
+        })
+        .refresh_interval(period)
+        .clock(Clock::tokio_from(wall(0)))
+        .load()
+        .await
+        .unwrap()
+    }
+}
+
+/// Every `WARN` event of this crate, with its time in seconds since the test started
+/// and its message and fields as text.
+#[derive(Clone)]
+struct Warnings {
+    start: Instant,
+    seen: Arc<Mutex<Vec<(f64, String)>>>,
+}
+
+impl Warnings {
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let this = Self {
+            start: Instant::now(),
+            seen: Arc::default(),
+        };
+        let subscriber = tracing_subscriber::registry().with(this.clone());
+        (this, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The times of the warnings whose text contains `needle`.
+    fn times(&self, needle: &str) -> Vec<f64> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(_, text)| text.contains(needle))
+            .map(|&(t, _)| t)
+            .collect()
+    }
+
+    fn all(&self) -> Vec<(f64, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let meta = event.metadata();
+        if *meta.level() != tracing::Level::WARN || !meta.target().starts_with("bearer_reload") {
+            return;
+        }
+        struct Text(String);
+        impl Visit for Text {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        let at = self.start.elapsed().as_secs_f64();
+        self.seen.lock().unwrap().push((at, text.0));
+    }
+}
+
+/// Asserts that `got` are the `want`ed times, to the timer's millisecond.
+#[track_caller]
+fn assert_times(got: &[f64], want: &[f64]) {
+    let close = got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 0.002);
+    assert!(close, "got {got:?}, want {want:?}");
+}
+
+const EXPIRED: &str = "has expired";
+const OVERDUE: &str = "overdue for rotation";
+
+#[tokio::test(start_paused = true)]
+async fn rereads_after_the_kubelet_rotates_and_recomputes_after_each_rotation() {
+    let (warnings, _guard) = Warnings::capture();
+    let file = File::new(projected(0, TTL, None));
+    // A period longer than the token's lifetime: every read but the first comes from
+    // the token's own schedule.
+    let store = file.store(Some(Duration::from_secs(2 * 3600))).await;
+
+    // The kubelet rotates at 80% of 3607 s (2885.6 s) plus its jitter (here 4.4 s).
+    let writer = tokio::spawn({
+        let file = file.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(2890)).await;
+            file.write(projected(2890, 2890 + TTL, None));
+            tokio::time::sleep(Duration::from_secs(2890)).await;
+            file.write(projected(5780, 5780 + TTL, None));
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(6000)).await;
+    writer.await.unwrap();
+
+    // Each read comes 10 s after the rotation point of the token read before it.
+    assert_times(&file.reads(), &[0.0, 2895.6, 2890.0 + 2895.6]);
+    assert_eq!(store.generation(), 3);
+    assert_eq!(store.status().freshness, Freshness::Fresh);
+    assert!(warnings.all().is_empty(), "{:?}", warnings.all());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rotation_by_another_trigger_replaces_the_old_tokens_moments() {
+    let file = File::new(projected(0, TTL, None));
+    let store = file.store(Some(Duration::from_secs(2 * 3600))).await;
+    tokio::time::sleep(Duration::from_secs(1000)).await;
+    // The watcher (here a call) installs a new token before the old one's moments.
+    file.write(projected(1000, 1000 + TTL, None));
+    store.reload().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2900)).await;
+    // No read at 2895.6 s for the replaced token; the next is the new token's.
+    assert_times(&file.reads(), &[0.0, 1000.0, 1000.0 + 2895.6]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_legacy_extended_token_is_scheduled_from_warnafter() {
+    let (warnings, _guard) = Warnings::capture();
+    // exp a year out, warnafter one hour out; the file is never rotated (subPath).
+    let file = File::new(projected(0, YEAR, Some(TTL)));
+    let store = file.store(Some(Duration::from_secs(3600))).await;
+    tokio::time::sleep(Duration::from_secs(4 * 3600)).await;
+    // 80% of iat..warnafter plus 10 s, then only the period.
+    let want: Vec<f64> = [0.0, 2895.6, 6495.6, 10095.6, 13695.6].to_vec();
+    assert_times(&file.reads(), &want);
+    let status = store.status();
+    assert_eq!(status.expires_at, Some(wall(YEAR)));
+    assert_eq!(status.rotate_hint, Some(wall(TTL)));
+    // Past warnafter, but not past 80% of iat..exp plus a minute.
+    assert_eq!(status.freshness, Freshness::Fresh);
+    assert!(warnings.all().is_empty(), "{:?}", warnings.all());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_year_long_exp_alone_adds_no_read() {
+    let (warnings, _guard) = Warnings::capture();
+    // A year, and dates near the end of time: no extra read, no overflow.
+    for exp in [YEAR, 1 << 40] {
+        let file = File::new(projected(0, exp, None));
+        let store = file.store(Some(Duration::from_secs(60))).await;
+        tokio::time::sleep(Duration::from_secs(601)).await;
+        drop(store);
+        let reads = file.reads();
+        let rel: Vec<f64> = reads.iter().map(|r| r - reads[0]).collect();
+        let want: Vec<f64> = (0..=10).map(|i| f64::from(i) * 60.0).collect();
+        assert_times(&rel, &want);
+    }
+    assert!(warnings.all().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn opaque_and_bootstrap_tokens_are_read_on_the_period_only() {
+    for token in ["opaque-token-value", "abcdef.0123456789abcdef"] {
+        let file = File::new(token.to_owned());
+        let store = file.store(Some(Duration::from_secs(60))).await;
+        tokio::time::sleep(Duration::from_secs(181)).await;
+        drop(store);
+        let reads = file.reads();
+        let since = reads[0];
+        let rel: Vec<f64> = reads.iter().map(|r| r - since).collect();
+        assert_times(&rel, &[0.0, 60.0, 120.0, 180.0]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_warning_fires_once_per_token_at_its_time() {
+    let (warnings, _guard) = Warnings::capture();
+    let file = File::new(projected(0, TTL, None));
+    let store = file.store(Some(Duration::from_secs(60))).await;
+    assert_eq!(store.status().freshness, Freshness::Fresh);
+
+    tokio::time::sleep(Duration::from_secs(2945)).await;
+    assert!(warnings.all().is_empty(), "{:?}", warnings.all());
+    assert!(!store.status().freshness.is_stale());
+    // Overdue: 80% of iat..exp (2885.6 s) plus a minute, checked by a read then.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_times(&warnings.times(OVERDUE), &[2945.6]);
+    assert_eq!(store.status().freshness, Freshness::Overdue);
+    // Expired: at exp, after a read that finds the same token; once, however many
+    // reads follow.
+    tokio::time::sleep(Duration::from_secs(3 * 3600)).await;
+    assert_times(&warnings.times(OVERDUE), &[2945.6]);
+    assert_times(&warnings.times(EXPIRED), &[3607.0]);
+    let status = store.status();
+    assert_eq!(status.freshness, Freshness::Expired);
+    assert!(status.freshness.is_stale());
+    assert_eq!(status.expires_at, Some(wall(TTL)));
+    assert!(file.reads().len() > 180, "the timer kept reading");
+
+    // A new token gets its own warnings.
+    let now = 3 * 3600 + 2946;
+    file.write(projected(now, now + 100, None));
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(store.generation(), 2);
+    let expired = warnings.times(EXPIRED);
+    assert_eq!(expired.len(), 2, "{expired:?}");
+    assert!(
+        (expired[1] - (now + 100) as f64).abs() < 0.002,
+        "{expired:?}"
+    );
+    // The text names the token by kind, fingerprint and sub; never the token.
+    let secret = file.content.lock().unwrap().clone();
+    let signature = secret.rsplit('.').next().unwrap().to_owned();
+    for (_, text) in warnings.all() {
+        assert!(text.contains("jwt token "), "{text}");
+        assert!(
+            text.contains("system:serviceaccount:payments:api"),
+            "{text}"
+        );
+        assert!(!text.contains(&signature), "{text}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_token_warns_on_load_and_without_a_timer_on_reads() {
+    let (warnings, _guard) = Warnings::capture();
+    let file = File::new(projected(0, 0, None));
+    // exp == iat == now: expired from the start.
+    let store = file.store(None).await;
+    assert_times(&warnings.times(EXPIRED), &[0.0]);
+    // No timer: nothing more happens by itself...
+    let file2 = File::new(projected(0, 100, None));
+    let store2 = file2.store(None).await;
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    assert_eq!(file2.reads().len(), 1);
+    assert_eq!(warnings.times(EXPIRED).len(), 1);
+    // ...but a read (a call, a watcher event, a 401) checks again.
+    store2.reload().await.unwrap();
+    assert_times(&warnings.times(EXPIRED), &[0.0, 200.0]);
+    store.reload().await.unwrap();
+    assert_eq!(warnings.times(EXPIRED).len(), 2, "once per token");
+}
+
+/// A kubelet that rotates the token at 80% of its lifetime plus a jitter of 0..10 s.
+async fn kubelet(file: File, start: Instant, legacy: bool, jitters: Vec<u64>) {
+    let mut iat = 0;
+    for jitter in jitters {
+        let next = iat + TTL * 4 / 5 + jitter;
+        tokio::time::sleep_until(start + Duration::from_secs(next)).await;
+        iat = next;
+        let token = if legacy {
+            projected(iat, iat + YEAR, Some(iat + TTL))
+        } else {
+            projected(iat, iat + TTL, None)
+        };
+        file.write(token);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_warning_for_a_healthy_rotating_file() {
+    for legacy in [false, true] {
+        let (warnings, _guard) = Warnings::capture();
+        let start = Instant::now();
+        let first = if legacy {
+            projected(0, YEAR, Some(TTL))
+        } else {
+            projected(0, TTL, None)
+        };
+        let file = File::new(first);
+        let store = file.store(Some(Duration::from_secs(60))).await;
+        let jitters = vec![0, 3, 10, 7, 1, 9, 5, 2, 8, 4];
+        let rotations = jitters.len() as u64;
+        kubelet(file.clone(), start, legacy, jitters).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(store.generation(), rotations + 1, "legacy {legacy}");
+        assert!(warnings.all().is_empty(), "{:?}", warnings.all());
+        assert_eq!(store.status().freshness, Freshness::Fresh);
+    }
+}
+
+#[test]
+fn moments_of_a_projected_token() {
+    let token = |jwt: String| crate::token::Token::parse(jwt.as_bytes(), 1 << 16).unwrap();
+    let t = token(projected(0, TTL, None));
+    let at = |secs: f64| wall(0) + Duration::from_secs_f64(secs);
+    assert_eq!(super::next_moment(&t, wall(0)), Some(at(2895.6)));
+    assert_eq!(super::next_moment(&t, at(2895.6)), Some(at(2945.6)));
+    assert_eq!(super::next_moment(&t, at(2945.6)), Some(wall(TTL)));
+    assert_eq!(super::next_moment(&t, wall(TTL)), None);
+    let opaque = token("opaque".into());
+    assert_eq!(super::next_moment(&opaque, wall(0)), None);
+}

@@ -1,0 +1,158 @@
+//! [`FileSource`]: a token file on disk.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{FetchContext, Fetched, TokenSource};
+
+/// Why a token file could not be read. Every message names the path; none holds the token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// The file could not be opened or read (missing, permission denied, ...).
+    #[error("cannot read token file {path}: {source}")]
+    Read {
+        /// The token file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The path names a directory.
+    #[error("token file {path} is a directory")]
+    Directory {
+        /// The token file.
+        path: PathBuf,
+    },
+    /// The file is larger than the store accepts; it was not read.
+    #[error("token file {path} is {len} bytes, over the cap of {max} bytes")]
+    TooLarge {
+        /// The token file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The cap in force.
+        max: usize,
+    },
+    /// An earlier read of this file has still not returned (a dead mount, a FIFO without a
+    /// writer): no second read is started behind it, so a stuck file holds at most one
+    /// blocking thread.
+    #[error(
+        "an earlier read of token file {path} has been stuck for {stuck_for:?} \
+         (a dead mount, or a FIFO without a writer?); not starting another"
+    )]
+    Stuck {
+        /// The token file.
+        path: PathBuf,
+        /// How long the earlier read has been running.
+        stuck_for: Duration,
+    },
+}
+
+/// A token file, read whole on every fetch (built by [`TokenFile`](crate::TokenFile)).
+///
+/// Reads run on tokio's blocking pool, at most one at a time: the store's time limit
+/// gives up on a read that hangs, and until that read returns, later fetches fail at once
+/// with [`FileError::Stuck`] rather than leaving one more blocking thread behind each.
+/// Reads stop one byte past the store's size cap; a regular file over the cap is refused
+/// from its length, without reading it.
+#[derive(Debug, Clone)]
+pub struct FileSource {
+    path: PathBuf,
+    /// When the read now running started; `None` when no read is running.
+    busy: Arc<Mutex<Option<Instant>>>,
+}
+
+impl FileSource {
+    /// The file at `path`, as given (symlinks are followed at each read).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            busy: Arc::default(),
+        }
+    }
+}
+
+/// Clears the busy mark when the blocking read ends, or is dropped unrun.
+struct Idle(Arc<Mutex<Option<Instant>>>);
+
+impl Drop for Idle {
+    fn drop(&mut self) {
+        *crate::sync::lock(&self.0) = None;
+    }
+}
+
+impl TokenSource for FileSource {
+    type Error = FileError;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, FileError> {
+        {
+            let mut busy = crate::sync::lock(&self.busy);
+            if let Some(since) = *busy {
+                return Err(FileError::Stuck {
+                    path: self.path.clone(),
+                    stuck_for: since.elapsed(),
+                });
+            }
+            *busy = Some(Instant::now());
+        }
+        let idle = Idle(self.busy.clone());
+        let path = self.path.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let _idle = idle;
+            read_file(&path, cx.max_size)
+        });
+        match read.await {
+            Ok(result) => result.map(Fetched::new),
+            // The blocking pool is shutting down with the runtime.
+            Err(e) => Err(FileError::Read {
+                path: self.path.clone(),
+                source: io::Error::other(e.to_string()),
+            }),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("file {}", self.path.display())
+    }
+
+    fn path(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+}
+
+/// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
+/// an oversize stream is still refused by the token's validation).
+pub(crate) fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
+    let io_err = |source: io::Error| FileError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    if meta.is_dir() {
+        return Err(FileError::Directory {
+            path: path.to_owned(),
+        });
+    }
+    // A regular file's length is known: refuse a huge one without touching its contents.
+    if meta.is_file() && meta.len() > max_size as u64 {
+        return Err(FileError::TooLarge {
+            path: path.to_owned(),
+            len: meta.len(),
+            max: max_size,
+        });
+    }
+    let cap = max_size.saturating_add(1);
+    let mut bytes = Vec::with_capacity((meta.len() as usize).min(cap));
+    // The length can change under us (or be unknown for a pipe): never read past cap + 1.
+    file.take(cap as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+//! Where token bytes come from: the [`TokenSource`] trait and its implementations.
+//!
+//! A source answers one question, "what is the token now?", with the bytes of the token and,
+//! when it knows them, when the token expires and when it would like to be asked again
+//! ([`Fetched`]). Everything else comes from the [`TokenStore`](crate::TokenStore) built
+//! on it: one fetch at a time however many callers ask (single flight), a time limit on
+//! each fetch, validation, keep-last-good, the timer, the watcher for a file, 401
+//! handling, and [`status`](crate::TokenStore::status).
+//!
+//! Provided here:
+//! - [`FileSource`]: a token file (a projected service-account token, a kubeconfig
+//!   `tokenFile`, a Vault agent sink), built by [`TokenFile`](crate::TokenFile);
+//! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader).
+//!
+//! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
+//! client-credentials flow) and build a store with [`StoreBuilder::from_source`]:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), bearer_reload::LoadError> {
+//! use std::time::{Duration, SystemTime};
+//! use bearer_reload::StoreBuilder;
+//! use bearer_reload::source::{FetchContext, Fetched, TokenSource};
+//!
+//! /// A client-credentials flow, here simulated: each token lives for five minutes.
+//! struct ClientCredentials;
+//!
+//! impl TokenSource for ClientCredentials {
+//!     type Error = std::io::Error;
+//!
+//!     async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, Self::Error> {
+//!         let expires = SystemTime::now() + Duration::from_secs(300);
+//!         Ok(Fetched::new("access-token-from-the-idp").expires_at(expires))
+//!     }
+//!
+//!     fn describe(&self) -> String {
+//!         "client-credentials https://idp.example".into()
+//!     }
+//! }
+//!
+//! let store = StoreBuilder::from_source(ClientCredentials).load().await?;
+//! assert_eq!(store.current().header_value(), "Bearer access-token-from-the-idp");
+//! // Refreshed before it expires, by the timer, with a margin.
+//! assert!(store.status().expires_at.is_some());
+//! # Ok(()) }
+//! ```
+//!
+//! [`StoreBuilder::from_source`]: crate::StoreBuilder::from_source
+
+use std::fmt;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::time::SystemTime;
+
+mod file;
+mod func;
+
+pub use file::{FileError, FileSource};
+pub use func::{FnSource, LoaderError};
+
+/// The error type of closures given to [`TokenLoader`](crate::TokenLoader).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a source returned: the token's bytes, and what the source knows about its dates.
+///
+/// The bytes are secret: `Debug` shows only their length.
+#[derive(Clone)]
+pub struct Fetched {
+    bytes: Vec<u8>,
+    expires_at: Option<SystemTime>,
+    refresh_at: Option<SystemTime>,
+}
+
+impl Fetched {
+    /// The token's bytes, as the source holds them: surrounding whitespace is trimmed and
+    /// the rest validated by the store.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self {
+            bytes: bytes.into(),
+            expires_at: None,
+            refresh_at: None,
+        }
+    }
+
+    /// When the token stops being valid (an `ExecCredential`'s `expirationTimestamp`, a
+    /// TokenRequest's `expirationTimestamp`, an OAuth2 `expires_in`). Without it the store
+    /// falls back on a JWT's `exp`.
+    ///
+    /// Unless [`refresh_at`](Self::refresh_at) says otherwise, the store's timer fetches
+    /// again before this moment, with a margin of a tenth of the token's lifetime (at least
+    /// a minute) and a jitter, so that a fleet of clients does not refresh in step.
+    pub fn expires_at(mut self, at: SystemTime) -> Self {
+        self.expires_at = Some(at);
+        self
+    }
+
+    /// When the source wants to be asked again, overriding the store's rule from the
+    /// expiry (the kubelet's TokenManager, for example, refreshes at 80% of the lifetime).
+    pub fn refresh_at(mut self, at: SystemTime) -> Self {
+        self.refresh_at = Some(at);
+        self
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The expiry the source gave, if any.
+    pub fn expiry(&self) -> Option<SystemTime> {
+        self.expires_at
+    }
+
+    /// The refresh moment the source asked for, if any.
+    pub fn refresh_moment(&self) -> Option<SystemTime> {
+        self.refresh_at
+    }
+}
+
+impl fmt::Debug for Fetched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fetched")
+            .field("len", &self.bytes.len())
+            .field("expires_at", &self.expires_at.map(crate::clock::Rfc3339))
+            .field("refresh_at", &self.refresh_at.map(crate::clock::Rfc3339))
+            .finish()
+    }
+}
+
+/// Why the store asks a source for the token; sources that cache (a TokenRequest cache
+/// shared by several stores) use it to tell a routine refresh from a token the server has
+/// just refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Trigger {
+    /// The first fetch, when the store is built.
+    Load,
+    /// [`TokenStore::reload`](crate::TokenStore::reload).
+    Call,
+    /// The timer: the period, or a moment the token's dates tell about.
+    Timer,
+    /// The watcher saw the file's directory change.
+    Watch,
+    /// A server refused the current token: a cached copy of it must not be handed out
+    /// again.
+    Unauthorized,
+}
+
+impl Trigger {
+    /// A short lowercase name, for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Load => "load",
+            Trigger::Call => "call",
+            Trigger::Timer => "timer",
+            Trigger::Watch => "watch",
+            Trigger::Unauthorized => "unauthorized",
+        }
+    }
+}
+
+/// What the store tells a source about one fetch.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct FetchContext {
+    /// Why the token is fetched.
+    pub trigger: Trigger,
+    /// The largest token the store accepts, in bytes: a source that reads a stream (a file,
+    /// a process's output) can stop reading one byte past it.
+    pub max_size: usize,
+}
+
+impl FetchContext {
+    /// A context for `trigger` and `max_size` (for calling a source by hand, in tests).
+    pub fn new(trigger: Trigger, max_size: usize) -> Self {
+        Self { trigger, max_size }
+    }
+}
+
+/// Where a token comes from. Implement it for a kind of source and build a store on it
+/// with [`StoreBuilder::from_source`](crate::StoreBuilder::from_source); see the [module docs](self).
+///
+/// The store guarantees what makes a source simple to write:
+/// - `fetch` is never running twice at once for one store, however many callers, 401s and
+///   timers ask at the same moment;
+/// - a fetch that takes longer than the store's `read_timeout` is dropped (its future is
+///   dropped: a child process spawned with `kill_on_drop` dies with it) and counts as a
+///   failure;
+/// - a failed fetch, or bytes that are not a valid token, never replace the last good
+///   token; the store reports the error, naming the source by [`describe`], and the next
+///   trigger (the timer backs off, from a second up to its period) tries again.
+///
+/// `Error`'s message must name the source and the problem, never the token: it is
+/// logged and shown in `status()`.
+///
+/// [`describe`]: TokenSource::describe
+pub trait TokenSource: Send + Sync + 'static {
+    /// The error of a failed fetch.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Fetches the current token.
+    fn fetch(&self, cx: FetchContext) -> impl Future<Output = Result<Fetched, Self::Error>> + Send;
+
+    /// Names the source in logs, errors and [`Status::source`](crate::Status::source): a
+    /// path, a command, a service account. Never the token.
+    fn describe(&self) -> String;
+
+    /// The file this source reads, if it is one: the store's watcher then watches it (and
+    /// the symlinks leading to it).
+    fn path(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// A fetch with its type erased, for the store, which holds any source.
+pub(crate) type BoxFetch<'a> = Pin<
+    Box<dyn Future<Output = Result<Fetched, Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>,
+>;
+
+/// [`TokenSource`] with its types erased.
+pub(crate) trait DynSource: Send + Sync + 'static {
+    fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_>;
+}
+
+impl<S: TokenSource> DynSource for S {
+    fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_> {
+        let fetch = self.fetch(cx);
+        Box::pin(async move { fetch.await.map_err(|e| Box::new(e) as _) })
+    }
+}

@@ -1,0 +1,237 @@
+//! Single flight: one read of the source at a time, owned by the store.
+//!
+//! Reads are numbered. A caller asks for "read `n` or a later one" and waits for the
+//! store's `done` channel to reach `n`; it never runs the read itself. The read runs in a
+//! task the store spawns, so a caller that goes away (a request dropped on a timeout, a
+//! `select!`) takes nothing with it: the read finishes, installs its token, and every
+//! later caller sees the result. A caller that asks while a read runs either joins it or,
+//! when it needs a read that starts after its trigger, queues the next one: at most one
+//! read runs and at most one waits, however many callers ask.
+//!
+//! The task holds only a weak reference to the store and the source, so it never keeps
+//! a dropped store alive; the store aborts it when dropped.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+
+use super::{LoadError, Reloaded, Shared};
+use crate::source::{DynSource, FetchContext, Fetched, Trigger};
+use crate::sync::lock;
+
+/// Whether a failed read is recorded and logged as a failure, or left quiet (the
+/// watcher's first attempts right after an event, which a half-written file can fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnFailure {
+    Report,
+    Quiet,
+}
+
+impl OnFailure {
+    fn or(self, other: OnFailure) -> OnFailure {
+        if self == OnFailure::Report || other == OnFailure::Report {
+            OnFailure::Report
+        } else {
+            OnFailure::Quiet
+        }
+    }
+}
+
+/// Which read may answer a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recency {
+    /// A read already in flight will do.
+    InFlight,
+    /// Only a read that starts after this call (a watcher event must not be answered by a
+    /// read that began before the write it reports).
+    AfterNow,
+}
+
+/// A request for a read: who asked, and whether its failure is reported.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    trigger: Trigger,
+    report: OnFailure,
+}
+
+impl Ask {
+    fn merge(self, other: Ask) -> Ask {
+        Ask {
+            trigger: self.trigger,
+            report: self.report.or(other.report),
+        }
+    }
+}
+
+/// The reads asked for, started and queued.
+#[derive(Default)]
+pub(crate) struct Flight {
+    /// The number of the last read started; the first read, at load, is 1.
+    pub(crate) started: u64,
+    /// The read running now, and who asked for it.
+    running: Option<(Ask, AbortHandle)>,
+    /// A read asked for after the running one started: it starts when that one ends.
+    queued: Option<Ask>,
+}
+
+impl Flight {
+    pub(crate) fn new() -> Self {
+        Self {
+            started: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The number of a read that answers a caller asking now with `recency`.
+    pub(crate) fn wanted(&self, recency: Recency) -> u64 {
+        match (recency, &self.running) {
+            (Recency::InFlight, Some(_)) => self.started,
+            _ => self.started + 1,
+        }
+    }
+
+    /// Aborts the running read (the store is being dropped).
+    pub(crate) fn abort(&mut self) {
+        if let Some((_, task)) = self.running.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The last read done, published to the callers waiting for it.
+#[derive(Clone, Default)]
+pub(crate) struct Done {
+    pub(crate) read: u64,
+    /// `None` before the first reload (the load's result is not kept).
+    pub(crate) result: Option<Result<Reloaded, LoadError>>,
+}
+
+/// How a caller's request for a read is answered.
+pub(crate) enum Ticket {
+    /// By a read already done.
+    Answered(Result<Reloaded, LoadError>),
+    /// By read number `n`, running or queued.
+    Wait(u64),
+}
+
+impl Shared {
+    /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
+    pub(crate) fn ask(
+        self: &Arc<Self>,
+        wanted: u64,
+        trigger: Trigger,
+        report: OnFailure,
+    ) -> Ticket {
+        let ask = Ask { trigger, report };
+        let mut guard = lock(&self.flight);
+        let flight = &mut *guard;
+        if let Some((running, _)) = &mut flight.running {
+            if flight.started >= wanted {
+                *running = running.merge(ask);
+                return Ticket::Wait(flight.started);
+            }
+            flight.queued = Some(flight.queued.map_or(ask, |q| q.merge(ask)));
+            return Ticket::Wait(flight.started + 1);
+        }
+        let done = self.done.borrow();
+        if done.read >= wanted
+            && let Some(result) = &done.result
+        {
+            return Ticket::Answered(result.clone());
+        }
+        drop(done);
+        flight.started += 1;
+        let n = flight.started;
+        let task = self.runtime.spawn(read_loop(
+            Arc::downgrade(self),
+            self.source.clone(),
+            self.config.read_timeout,
+            self.config.max_size,
+            n,
+            trigger,
+        ));
+        flight.running = Some((ask, task.abort_handle()));
+        Ticket::Wait(n)
+    }
+
+    /// Ends read `n` with `result`: reports a failure if a caller asked for that,
+    /// publishes the result, and says which read to start next, if one was queued.
+    fn finish(
+        &self,
+        n: u64,
+        trigger: Trigger,
+        fetched: Result<Fetched, LoadError>,
+    ) -> Option<(u64, Trigger)> {
+        super::Counters::bump(&self.counters.reads);
+        let result = fetched.and_then(|f| self.install(f, trigger));
+        let mut flight = lock(&self.flight);
+        let report = flight.running.as_ref().map(|(a, _)| a.report);
+        if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
+            self.report_failure(error, trigger);
+        }
+        self.done.send_replace(Done {
+            read: n,
+            result: Some(result),
+        });
+        self.check_expiry();
+        match flight.queued.take() {
+            Some(next) => {
+                flight.started += 1;
+                if let Some((ask, _)) = &mut flight.running {
+                    *ask = next;
+                }
+                Some((flight.started, next.trigger))
+            }
+            None => {
+                flight.running = None;
+                None
+            }
+        }
+    }
+}
+
+/// Fetches with a time limit, and wraps the source's error with its origin.
+pub(crate) async fn fetch(
+    source: &dyn DynSource,
+    origin: &Arc<str>,
+    limit: Duration,
+    cx: FetchContext,
+) -> Result<Fetched, LoadError> {
+    match tokio::time::timeout(limit, source.fetch_dyn(cx)).await {
+        Ok(Ok(fetched)) => Ok(fetched),
+        Ok(Err(error)) => Err(LoadError::Fetch {
+            origin: origin.clone(),
+            error: Arc::from(error),
+        }),
+        Err(_) => Err(LoadError::Timeout {
+            origin: origin.clone(),
+            after: limit,
+        }),
+    }
+}
+
+/// The read task: read `n`, then any read queued meanwhile, until none is.
+async fn read_loop(
+    store: Weak<Shared>,
+    source: Arc<dyn DynSource>,
+    limit: Duration,
+    max_size: usize,
+    mut n: u64,
+    mut trigger: Trigger,
+) {
+    let Some(origin) = store.upgrade().map(|s| s.origin.clone()) else {
+        return;
+    };
+    loop {
+        let cx = FetchContext::new(trigger, max_size);
+        let fetched = fetch(&*source, &origin, limit, cx).await;
+        let Some(shared) = store.upgrade() else {
+            return;
+        };
+        match shared.finish(n, trigger, fetched) {
+            Some(next) => (n, trigger) = next,
+            None => return,
+        }
+    }
+}

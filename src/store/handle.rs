@@ -1,0 +1,66 @@
+//! [`Handle`]: a weak reference to a store, for the work that keeps it fresh.
+
+use std::fmt;
+use std::sync::Weak;
+
+use super::{LoadError, OnFailure, Recency, Reloaded, Shared, TokenStore, WatchState, wait};
+use crate::source::Trigger;
+use crate::sync::lock;
+
+/// A weak reference to a [`TokenStore`], held by background work (the timer, the
+/// watcher, your own refreshers) so that it never keeps the store alive.
+///
+/// Built by [`TokenStore::downgrade`].
+#[derive(Clone)]
+pub struct Handle {
+    shared: Weak<Shared>,
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origin = self.shared.upgrade().map(|s| s.origin.clone());
+        f.debug_struct("Handle").field("source", &origin).finish()
+    }
+}
+
+impl Handle {
+    pub(super) fn new(shared: Weak<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// The store, unless every `TokenStore` clone has been dropped.
+    pub fn upgrade(&self) -> Option<TokenStore> {
+        self.shared.upgrade().map(|shared| TokenStore { shared })
+    }
+
+    /// Resolves when the store is dropped.
+    pub async fn closed(&self) {
+        let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) else {
+            return;
+        };
+        while generations.changed().await.is_ok() {}
+    }
+
+    /// Reloads on behalf of `trigger`; `None` when the store is gone. The wait for the
+    /// read does not keep the store alive.
+    pub(crate) async fn reload(
+        &self,
+        trigger: Trigger,
+        recency: Recency,
+        report: OnFailure,
+    ) -> Option<Result<Reloaded, LoadError>> {
+        let (done, ticket) = {
+            let shared = self.shared.upgrade()?;
+            let wanted = lock(&shared.flight).wanted(recency);
+            (shared.done.subscribe(), shared.ask(wanted, trigger, report))
+        };
+        wait(done, ticket).await
+    }
+
+    /// Records whether the store's file is watched.
+    pub(crate) fn set_watch_state(&self, state: WatchState) {
+        if let Some(shared) = self.shared.upgrade() {
+            *lock(&shared.watch_state) = state;
+        }
+    }
+}

@@ -1,0 +1,393 @@
+use super::*;
+use crate::source::LoaderError;
+use crate::sync::lock;
+use crate::token::TokenError;
+use crate::{TokenFile, TokenLoader};
+use std::sync::atomic::AtomicUsize;
+
+/// A loader whose bytes the test sets, counting its calls, optionally held at a gate.
+#[derive(Clone)]
+struct Scripted {
+    bytes: Arc<Mutex<Result<Vec<u8>, String>>>,
+    calls: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Scripted {
+    fn new(initial: &str) -> Self {
+        Self {
+            bytes: Arc::new(Mutex::new(Ok(initial.as_bytes().to_vec()))),
+            calls: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(
+                tokio::sync::Semaphore::MAX_PERMITS,
+            )),
+        }
+    }
+    fn set(&self, v: Result<&str, &str>) {
+        *lock(&self.bytes) = v.map(|s| s.as_bytes().to_vec()).map_err(str::to_owned);
+    }
+    fn loader(&self) -> TokenLoader {
+        let this = self.clone();
+        TokenLoader::new("scripted", move || {
+            let this = this.clone();
+            async move {
+                this.calls.fetch_add(1, Ordering::SeqCst);
+                let _permit = this.gate.acquire().await.unwrap();
+                lock(&this.bytes).clone()
+            }
+        })
+        .refresh_interval(None)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_read_times_out_and_does_not_hold_up_later_reloads() {
+    let src = Scripted::new("one");
+    let store = src
+        .loader()
+        .read_timeout(Duration::from_secs(10))
+        .load()
+        .await
+        .unwrap();
+    // The next reads hang (a dead mount, a FIFO without a writer).
+    src.gate.forget_permits(usize::MAX);
+    src.set(Ok("two"));
+    let err = store.reload().await.unwrap_err();
+    assert!(matches!(err, LoadError::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("loader scripted"), "{err}");
+    assert_eq!(store.current().header_value(), "Bearer one");
+    // A 401 gets its answer (no newer token) instead of waiting forever.
+    assert!(store.refresh_after_unauthorized(1).await.is_none());
+    // Once reads work again, the next reload installs the new token.
+    src.gate.add_permits(1);
+    assert_eq!(store.reload().await.unwrap().generation(), 2);
+}
+
+#[tokio::test]
+async fn keeps_the_last_good_token_on_every_failure_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "good\n").unwrap();
+    let store = TokenFile::new(&path)
+        .watch(false)
+        .refresh_interval(None)
+        .max_size(64)
+        .load()
+        .await
+        .unwrap();
+
+    type Setup = Box<dyn Fn(&std::path::Path)>;
+    let cases: Vec<(&str, Setup)> = vec![
+        (
+            "missing",
+            Box::new(|p| {
+                let _ = std::fs::remove_file(p);
+                let _ = std::fs::remove_dir(p);
+            }),
+        ),
+        ("empty", Box::new(|p| std::fs::write(p, " \n").unwrap())),
+        ("bad byte", Box::new(|p| std::fs::write(p, "a\0b").unwrap())),
+        (
+            "oversize",
+            Box::new(|p| std::fs::write(p, [b'x'; 65]).unwrap()),
+        ),
+        (
+            "directory",
+            Box::new(|p| {
+                std::fs::remove_file(p).unwrap();
+                std::fs::create_dir(p).unwrap();
+            }),
+        ),
+    ];
+    for (name, setup) in cases {
+        let _ = std::fs::remove_dir(&path);
+        std::fs::write(&path, "good").unwrap();
+        setup(&path);
+        let err = store.reload().await.unwrap_err();
+        assert_eq!(store.current().header_value(), "Bearer good", "{name}");
+        assert_eq!(store.generation(), 1, "{name}");
+        let status = store.status();
+        let reported = status.last_error.expect(name).to_string();
+        assert_eq!(reported, err.to_string(), "{name}");
+        assert!(
+            reported.contains(&path.display().to_string()),
+            "{name}: {reported}"
+        );
+    }
+
+    assert_eq!(store.status().failures, 5);
+
+    // The next good read installs and clears the error.
+    let _ = std::fs::remove_dir(&path);
+    std::fs::write(&path, "next").unwrap();
+    assert_eq!(
+        store.reload().await.unwrap(),
+        Reloaded::Rotated { from: 1, to: 2 }
+    );
+    assert!(store.status().last_error.is_none());
+}
+
+#[tokio::test]
+async fn a_failing_loader_keeps_the_last_good_token() {
+    let src = Scripted::new("good");
+    let store = src.loader().load().await.unwrap();
+    src.set(Err("permission denied"));
+    let err = store.reload().await.unwrap_err();
+    assert!(err.downcast_ref::<LoaderError>().is_some(), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "token loader scripted failed: permission denied"
+    );
+    src.set(Ok(""));
+    assert!(matches!(
+        store.reload().await.unwrap_err(),
+        LoadError::Invalid {
+            source: TokenError::Empty,
+            ..
+        }
+    ));
+    assert_eq!(store.current().header_value(), "Bearer good");
+}
+
+#[tokio::test]
+async fn identical_bytes_keep_the_generation() {
+    let src = Scripted::new("same");
+    let store = src.loader().load().await.unwrap();
+    let mut rx = store.subscribe();
+    src.set(Ok("  same\n"));
+    assert_eq!(
+        store.reload().await.unwrap(),
+        Reloaded::Unchanged { generation: 1 }
+    );
+    assert!(!rx.has_changed().unwrap());
+    src.set(Ok("other"));
+    assert_eq!(store.reload().await.unwrap().generation(), 2);
+    assert!(rx.has_changed().unwrap());
+    assert_eq!(*rx.borrow_and_update(), 2);
+    let status = store.status();
+    assert_eq!((status.reads, status.rotations), (3, 1));
+}
+
+#[tokio::test]
+async fn concurrent_reloads_share_one_read() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    assert_eq!(src.calls.load(Ordering::SeqCst), 1);
+    src.set(Ok("two"));
+    // Hold the read at the gate until all 51 calls have been polled once (join_all
+    // polls each in turn), then let it finish.
+    src.gate.forget_permits(usize::MAX);
+    let calls = futures_util::future::join_all((0..51).map(|_| store.reload()));
+    let release = async {
+        tokio::task::yield_now().await;
+        src.gate.add_permits(1);
+    };
+    let (results, ()) = tokio::join!(calls, release);
+    for r in results {
+        assert_eq!(r.unwrap(), Reloaded::Rotated { from: 1, to: 2 });
+    }
+    assert_eq!(src.calls.load(Ordering::SeqCst), 2, "one read for 51 calls");
+}
+
+#[tokio::test]
+async fn a_fresh_reload_does_not_join_a_read_that_started_before_it() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    src.gate.forget_permits(usize::MAX);
+    let early = tokio::spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    while src.calls.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // The write lands after the early read began: a watcher's fresh reload must see it.
+    src.set(Ok("two"));
+    let fresh = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let handle = store.downgrade();
+            let fresh = handle.reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report);
+            fresh.await.unwrap()
+        }
+    });
+    src.gate
+        .add_permits(tokio::sync::Semaphore::MAX_PERMITS - src.gate.available_permits());
+    early.await.unwrap().unwrap();
+    assert_eq!(fresh.await.unwrap().unwrap().generation(), 2);
+    assert_eq!(src.calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_401_is_not_answered_by_a_read_that_started_before_it() {
+    // A file whose bytes are taken when a read starts; reads wait at a gate.
+    let file = Arc::new(Mutex::new("one"));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(1));
+    let store = TokenLoader::new("snapshot", {
+        let (file, calls, gate) = (file.clone(), calls.clone(), gate.clone());
+        move || {
+            let bytes = lock(&file).as_bytes().to_vec();
+            let (calls, gate) = (calls.clone(), gate.clone());
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                drop(gate.acquire().await.unwrap());
+                Ok::<_, std::io::Error>(bytes)
+            }
+        }
+    })
+    .refresh_interval(None)
+    .load()
+    .await
+    .unwrap();
+    gate.forget_permits(usize::MAX);
+    // A read in flight (a watcher's, for an unrelated event) that has read "one".
+    let early = tokio::spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    while calls.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // The writer lands "two", the server revokes "one": two requests get their 401.
+    *lock(&file) = "two";
+    let refused: Vec<_> = (0..2)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.refresh_after_unauthorized(1).await })
+        })
+        .collect();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
+    // The early caller is answered by its read or a later one (the 401s' read may have
+    // finished too by the time it looks).
+    assert!(early.await.unwrap().is_ok());
+    for r in refused {
+        let token = r.await.unwrap().expect("a newer token for the retry");
+        assert_eq!(token.header_value(), "Bearer two");
+    }
+    let reads = calls.load(Ordering::SeqCst);
+    assert_eq!(reads, 3, "the early read, then one read for both 401s");
+    assert_eq!(store.status().unauthorized.reloads, 1);
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_does_not_cancel_the_read() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    src.gate.forget_permits(usize::MAX);
+    src.set(Ok("two"));
+    let mut generations = store.subscribe();
+    let early = tokio::spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    while src.calls.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // The caller is dropped mid-read (a timeout, a `select!`, a client that went away).
+    early.abort();
+    assert!(early.await.unwrap_err().is_cancelled());
+    src.gate.add_permits(1);
+    // The store's own read finishes and installs, for everyone, without another read.
+    tokio::time::timeout(Duration::from_secs(5), generations.wait_for(|g| *g == 2))
+        .await
+        .expect("the read finished without its caller")
+        .unwrap();
+    assert_eq!(src.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(store.current().header_value(), "Bearer two");
+}
+
+#[tokio::test]
+async fn reads_asked_for_during_a_read_queue_one_more_read() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    src.gate.forget_permits(usize::MAX);
+    let handle = store.downgrade();
+    let first = tokio::spawn({
+        let handle = handle.clone();
+        async move {
+            handle
+                .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
+                .await
+        }
+    });
+    while src.calls.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // Ten triggers during the read, each wanting a read that starts after it: one more.
+    let later: Vec<_> = (0..10)
+        .map(|_| {
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                handle
+                    .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
+                    .await
+            })
+        })
+        .collect();
+    src.set(Ok("two"));
+    src.gate
+        .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    assert!(first.await.unwrap().unwrap().is_ok());
+    for r in later {
+        assert_eq!(r.await.unwrap().unwrap().unwrap().generation(), 2);
+    }
+    assert_eq!(
+        src.calls.load(Ordering::SeqCst),
+        3,
+        "load, the running read, one queued"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_timer_rereads_and_stops_with_the_last_handle() {
+    let src = Scripted::new("one");
+    let store = src
+        .loader()
+        .refresh_interval(Some(Duration::from_secs(10)))
+        .load()
+        .await
+        .unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    assert_eq!(metrics.num_alive_tasks(), 1, "the timer task");
+    let mut rx = store.subscribe();
+    src.set(Ok("two"));
+    tokio::time::timeout(Duration::from_secs(11), rx.changed())
+        .await
+        .expect("the timer re-read within one period")
+        .unwrap();
+    assert_eq!(store.current().header_value(), "Bearer two");
+
+    let weak = store.downgrade();
+    drop(store);
+    assert!(weak.upgrade().is_none());
+    // Aborted tasks are reaped by the runtime: wait on it with a deadline.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while metrics.num_alive_tasks() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the timer task ended");
+    let calls = src.calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_eq!(
+        src.calls.load(Ordering::SeqCst),
+        calls,
+        "no read after drop"
+    );
+}
+
+#[tokio::test]
+async fn status_and_debug_never_show_the_token() {
+    let src = Scripted::new("very-secret-token");
+    let store = src.loader().load().await.unwrap();
+    src.set(Ok("very-secret-bad\x01"));
+    let _ = store.reload().await;
+    let out = format!("{store:?} {:?} {:#?}", store.status(), store.current());
+    assert!(!out.contains("very-secret"), "{out}");
+    assert!(out.contains(&store.current().fingerprint().to_string()));
+}
