@@ -68,7 +68,8 @@ pub struct NoSource;
 #[derive(Clone)]
 pub struct StoreBuilder<S> {
     source: S,
-    refresh_interval: Option<Duration>,
+    /// `None`: the source's default.
+    refresh_interval: Option<Option<Duration>>,
     watch: bool,
     max_size: usize,
     unauthorized_interval: Duration,
@@ -100,7 +101,7 @@ impl Options {
     pub fn new() -> Self {
         StoreBuilder {
             source: NoSource,
-            refresh_interval: Some(Duration::from_secs(60)),
+            refresh_interval: None,
             watch: true,
             max_size: DEFAULT_MAX_SIZE,
             unauthorized_interval: Duration::from_secs(1),
@@ -168,11 +169,15 @@ impl<S> StoreBuilder<S> {
         }
     }
 
-    /// How often the source is read again regardless of any event (default 60 s); `None`
-    /// turns the timer off, and with it the reads at the moments the token's dates tell
-    /// about.
+    /// How often the source is read again regardless of any event (default: the source's
+    /// [`default_refresh_interval`], 60 s for a file or a loader, none for a source that
+    /// gives expiries); `None` turns the periodic reads off. The reads at the moments the
+    /// token's dates tell about (a JWT's rotation point and expiry, a source's expiry)
+    /// go on either way.
+    ///
+    /// [`default_refresh_interval`]: TokenSource::default_refresh_interval
     pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
-        self.refresh_interval = interval;
+        self.refresh_interval = Some(interval);
         self
     }
 
@@ -223,9 +228,7 @@ impl<S: TokenSource> StoreBuilder<S> {
     /// and `#[tokio::test]` have one): the store's reads run there, with a time limit.
     pub async fn load(self) -> Result<TokenStore, LoadError> {
         let (store, refresher) = self.pair().await?;
-        if !refresher.is_idle() {
-            tokio::spawn(refresher);
-        }
+        tokio::spawn(refresher);
         Ok(store)
     }
 
@@ -243,51 +246,33 @@ impl<S: TokenSource> StoreBuilder<S> {
             .then(|| self.source.path().map(Path::to_owned))
             .flatten();
         let origin = self.source.describe();
+        let period = self
+            .refresh_interval
+            .unwrap_or_else(|| self.source.default_refresh_interval());
         let store = TokenStore::load(Arc::new(self.source), origin, config).await?;
         let handle = store.downgrade();
-        let timer = self
-            .refresh_interval
-            .map(|period| refresh::timer::run(handle.clone(), period, self.clock));
+        let timer = refresh::timer::run(handle.clone(), period, self.clock);
         let watcher = watch_path.map(|path| refresh::watch::watch(handle.clone(), &path));
-        let work: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = match (timer, watcher) {
-            (None, None) => None,
-            (timer, watcher) => Some(Box::pin(refresh::until_closed(handle, async move {
-                let timer = async move {
-                    if let Some(timer) = timer {
-                        timer.await;
-                    }
-                };
-                let watcher = async move {
-                    if let Some(watcher) = watcher {
-                        watcher.await;
-                    }
-                };
-                tokio::join!(timer, watcher);
-            }))),
-        };
-        Ok((store, Refresher { work }))
+        let work = refresh::until_closed(handle, async move {
+            let watcher = async move {
+                if let Some(watcher) = watcher {
+                    watcher.await;
+                }
+            };
+            tokio::join!(timer, watcher);
+        });
+        Ok((store, Refresher(Box::pin(work))))
     }
 }
 
 /// The background work of a store (its timer and watcher), from [`StoreBuilder::pair`]:
 /// a future to spawn. It ends when the store is dropped.
 #[must_use = "a refresher does nothing unless it is spawned or polled"]
-pub struct Refresher {
-    work: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-}
-
-impl Refresher {
-    /// Whether there is nothing to run (timer and watcher both off).
-    pub fn is_idle(&self) -> bool {
-        self.work.is_none()
-    }
-}
+pub struct Refresher(Pin<Box<dyn Future<Output = ()> + Send>>);
 
 impl fmt::Debug for Refresher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Refresher")
-            .field("idle", &self.is_idle())
-            .finish()
+        f.debug_struct("Refresher").finish_non_exhaustive()
     }
 }
 
@@ -295,9 +280,6 @@ impl Future for Refresher {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match self.work.as_mut() {
-            Some(work) => work.as_mut().poll(cx),
-            None => Poll::Ready(()),
-        }
+        self.0.as_mut().poll(cx)
     }
 }

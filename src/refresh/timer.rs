@@ -1,4 +1,5 @@
-//! The timer: re-read the source every period, whatever else happens, and also at the
+//! The timer: re-read the source every period (when the store has one: a file's is 60 s by
+//! default, while a source that says when its tokens expire needs none), and at the
 //! moments the current token tells about.
 //!
 //! **A token that a file holds** (no dates from its source) says when it changes through
@@ -17,7 +18,8 @@
 //!
 //! The moments are recomputed from the current token after every read and every rotation.
 //! A moment further away than the next periodic read waits for it. A failed read is tried
-//! again sooner than the period: after 1 s, then twice as long each time, up to the period.
+//! again sooner than the period: after 1 s, then twice as long each time, up to the period
+//! (five minutes without one).
 
 use std::time::{Duration, SystemTime};
 
@@ -37,13 +39,16 @@ const MIN_MARGIN: Duration = Duration::from_secs(60);
 /// The first retry after a failed read; each next one waits twice as long, up to the period.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
-/// Re-reads the store's source every `period`, and at the moments the current token tells
-/// about (see the module docs), until the store is dropped.
-pub(crate) async fn run(store: Handle, period: Duration, clock: Clock) {
+/// The longest wait between retries of a store without a period.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+
+/// Re-reads the store's source every `period` (if any), and at the moments the current
+/// token tells about (see the module docs), until the store is dropped.
+pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
     let Some(mut rotations) = store.upgrade().map(|s| s.subscribe()) else {
         return;
     };
-    let mut next_tick = Instant::now() + period;
+    let mut next_tick = period.map(|p| Instant::now() + p);
     // Moments at or before this one were served: a timer that fires a hair early (the
     // wall clock and tokio's clock are not the same clock) must not serve one twice.
     let mut served: Option<SystemTime> = None;
@@ -54,18 +59,28 @@ pub(crate) async fn run(store: Handle, period: Duration, clock: Clock) {
                 return;
             };
             let (now, now_instant) = (clock.now(), Instant::now());
-            let until_tick = next_tick.saturating_duration_since(now_instant);
+            let until_tick = next_tick.map(|t| t.saturating_duration_since(now_instant));
             let after = served.map_or(now, |s| s.max(now));
             match next_moment(&current, after) {
-                Some(at) if at.duration_since(now).unwrap_or_default() < until_tick => {
+                Some(at)
+                    if until_tick
+                        .is_none_or(|until| at.duration_since(now).unwrap_or_default() < until) =>
+                {
                     let wait = at.duration_since(now).unwrap_or_default();
-                    (now_instant + wait, Some(at))
+                    (Some(now_instant + wait), Some(at))
                 }
                 _ => (next_tick, None),
             }
         };
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                // Nothing to wait for but a rotation, which brings new dates.
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep_until(wake) => {}
+            () = sleep => {}
             changed = rotations.changed() => {
                 if changed.is_err() {
                     return; // the store is gone
@@ -83,7 +98,8 @@ pub(crate) async fn run(store: Handle, period: Duration, clock: Clock) {
             None => return,
             Some(Ok(_)) => retry = None,
             Some(Err(_)) => {
-                retry = Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(period));
+                let cap = period.unwrap_or(MAX_RETRY);
+                retry = Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(cap));
             }
         }
         rotations.borrow_and_update();
@@ -92,7 +108,7 @@ pub(crate) async fn run(store: Handle, period: Duration, clock: Clock) {
         }
         // A read just happened: the next periodic one is a full period away (or the retry
         // delay). After a suspended process wakes up this is one re-read, not a burst.
-        next_tick = Instant::now() + retry.unwrap_or(period);
+        next_tick = retry.or(period).map(|wait| Instant::now() + wait);
     }
 }
 

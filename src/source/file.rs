@@ -121,6 +121,10 @@ impl TokenSource for FileSource {
     fn path(&self) -> Option<&Path> {
         Some(&self.path)
     }
+
+    fn default_refresh_interval(&self) -> Option<Duration> {
+        Some(super::FILE_REFRESH_INTERVAL)
+    }
 }
 
 /// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that

@@ -74,4 +74,9 @@ impl TokenSource for FnSource {
     fn describe(&self) -> String {
         format!("loader {}", self.name)
     }
+
+    /// Like a file's: a closure may read anything, and says nothing of its token's dates.
+    fn default_refresh_interval(&self) -> Option<std::time::Duration> {
+        Some(super::FILE_REFRESH_INTERVAL)
+    }
 }

@@ -51,13 +51,16 @@ use std::fmt;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 mod file;
 mod func;
 
 pub use file::{FileError, FileSource};
 pub use func::{FnSource, LoaderError};
+
+/// How often a file (or a closure) is read again by default.
+pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The error type of closures given to [`TokenLoader`](crate::TokenLoader).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -209,6 +212,15 @@ pub trait TokenSource: Send + Sync + 'static {
     /// The file this source reads, if it is one: the store's watcher then watches it (and
     /// the symlinks leading to it).
     fn path(&self) -> Option<&Path> {
+        None
+    }
+
+    /// How often the store fetches again when nothing else asks, unless the builder says
+    /// otherwise. The default, `None`, leaves it to the token's dates (see
+    /// [`Fetched::expires_at`]) and to unauthorized responses: right for a source that
+    /// says when its tokens expire, and for one whose tokens are used until the server
+    /// refuses them. A file says 60 s: a cheap read, the backstop for a missed event.
+    fn default_refresh_interval(&self) -> Option<Duration> {
         None
     }
 }

@@ -275,23 +275,23 @@ async fn each_warning_fires_once_per_token_at_its_time() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_expired_token_warns_on_load_and_without_a_timer_on_reads() {
+async fn without_a_period_the_tokens_own_moments_still_read_it() {
     let (warnings, _guard) = Warnings::capture();
     let file = File::new(projected(0, 0, None));
-    // exp == iat == now: expired from the start.
+    // exp == iat == now: expired from the start, and no moment left to read at.
     let store = file.store(None).await;
     assert_times(&warnings.times(EXPIRED), &[0.0]);
-    // No timer: nothing more happens by itself...
     let file2 = File::new(projected(0, 100, None));
-    let store2 = file2.store(None).await;
+    let _store2 = file2.store(None).await;
     tokio::time::sleep(Duration::from_secs(200)).await;
-    assert_eq!(file2.reads().len(), 1);
-    assert_eq!(warnings.times(EXPIRED).len(), 1);
-    // ...but a read (a call, a watcher event, a 401) checks again.
-    store2.reload().await.unwrap();
-    assert_times(&warnings.times(EXPIRED), &[0.0, 200.0]);
+    // No periodic read; the rotation point plus 10 s, the expiry, and the overdue point
+    // (80% plus a minute, here past the expiry) are read at.
+    assert_times(&file2.reads(), &[0.0, 90.0, 100.0, 140.0]);
+    assert_times(&file.reads(), &[0.0]);
+    assert_times(&warnings.times(EXPIRED), &[0.0, 100.0]);
+    // Once per token: a read that finds the same expired token again says nothing more.
     store.reload().await.unwrap();
-    assert_eq!(warnings.times(EXPIRED).len(), 2, "once per token");
+    assert_eq!(warnings.times(EXPIRED).len(), 2);
 }
 
 /// A kubelet that rotates the token at 80% of its lifetime plus a jitter of 0..10 s.
@@ -343,4 +343,121 @@ fn moments_of_a_projected_token() {
     assert_eq!(super::next_moment(&t, wall(TTL)), None);
     let opaque = token("opaque".into());
     assert_eq!(super::next_moment(&opaque, wall(0)), None);
+}
+
+/// A source that mints a new opaque token on every fetch, valid for `ttl` from then, or
+/// fails while `failing` is set; it records when it was asked.
+#[derive(Clone)]
+struct Minting {
+    start: Instant,
+    ttl: Option<Duration>,
+    failing: Arc<Mutex<bool>>,
+    fetches: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl crate::source::TokenSource for Minting {
+    type Error = std::io::Error;
+
+    async fn fetch(
+        &self,
+        _cx: crate::source::FetchContext,
+    ) -> Result<crate::source::Fetched, std::io::Error> {
+        let elapsed = self.start.elapsed();
+        let n = {
+            let mut fetches = self.fetches.lock().unwrap();
+            fetches.push(elapsed);
+            fetches.len()
+        };
+        if *self.failing.lock().unwrap() {
+            return Err(std::io::Error::other("the token service is down"));
+        }
+        let fetched = crate::source::Fetched::new(format!("minted-{n}"));
+        Ok(match self.ttl {
+            Some(ttl) => fetched.expires_at(wall(0) + elapsed + ttl),
+            None => fetched,
+        })
+    }
+
+    fn describe(&self) -> String {
+        "minting test source".into()
+    }
+}
+
+impl Minting {
+    fn new(ttl: Option<Duration>) -> Self {
+        Self {
+            start: Instant::now(),
+            ttl,
+            failing: Arc::default(),
+            fetches: Arc::default(),
+        }
+    }
+
+    fn fetches(&self) -> Vec<f64> {
+        let fetches = self.fetches.lock().unwrap();
+        fetches.iter().map(Duration::as_secs_f64).collect()
+    }
+
+    async fn store(&self, period: Option<Duration>) -> TokenStore {
+        let builder = crate::StoreBuilder::from_source(self.clone()).clock(Clock::tokio_from(wall(0)));
+        let builder = match period {
+            Some(p) => builder.refresh_interval(Some(p)),
+            None => builder,
+        };
+        builder.load().await.unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_expiry_is_refreshed_before_it_by_a_tenth_of_the_lifetime_and_a_jitter() {
+    let source = Minting::new(Some(Duration::from_secs(600)));
+    // A source that gives expiries has no period by default.
+    let store = source.store(None).await;
+    tokio::time::sleep(Duration::from_secs(1800)).await;
+    let fetches = source.fetches();
+    assert!(fetches.len() >= 4, "{fetches:?}");
+    for pair in fetches.windows(2) {
+        // 600 s less a margin of 60 s (a tenth, at least a minute) less up to 15 s.
+        let gap = pair[1] - pair[0];
+        assert!((525.0..=540.0).contains(&gap), "{fetches:?}");
+    }
+    assert_eq!(store.status().freshness, Freshness::Fresh);
+    assert!(store.status().expires_at.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_lived_token_is_refreshed_at_half_its_life_not_on_every_check() {
+    let source = Minting::new(Some(Duration::from_secs(30)));
+    let _store = source.store(None).await;
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    // A minute's margin would be past the token's birth: half its life instead.
+    assert_times(&source.fetches(), &[0.0, 15.0, 30.0, 45.0, 60.0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_without_an_expiry_from_such_a_source_is_kept_until_asked() {
+    let source = Minting::new(None);
+    let store = source.store(None).await;
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    assert_eq!(source.fetches().len(), 1, "no period, no dates: nothing to refresh on");
+    store.reload().await.unwrap();
+    assert_eq!(source.fetches().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_read_is_retried_sooner_with_a_backoff_up_to_the_period() {
+    let source = Minting::new(None);
+    let store = source.store(Some(Duration::from_secs(60))).await;
+    *source.failing.lock().unwrap() = true;
+    tokio::time::sleep(Duration::from_secs(250)).await;
+    let want = [0.0, 60.0, 61.0, 63.0, 67.0, 75.0, 91.0, 123.0, 183.0, 243.0];
+    assert_times(&source.fetches(), &want);
+    assert_eq!(store.generation(), 1, "the last good token stays");
+    assert!(store.status().last_error.is_some());
+    // Back up: the next attempt succeeds and the period resumes.
+    *source.failing.lock().unwrap() = false;
+    tokio::time::sleep(Duration::from_secs(121)).await;
+    let fetches = source.fetches();
+    assert_times(&fetches[want.len()..], &[303.0, 363.0]);
+    assert!(store.status().last_error.is_none());
 }
