@@ -122,6 +122,21 @@ impl TokenSource for FileSource {
         Some(&self.path)
     }
 
+    /// The file's directory, canonical, and its name: two paths to one file (`./token`,
+    /// a symlinked directory) share a store. The file itself is not resolved: the
+    /// kubelet's `token` leads to a new file at every rotation.
+    fn share_key(&self) -> Option<String> {
+        let name = self.path.file_name()?;
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = std::fs::canonicalize(dir)
+            .or_else(|_| std::path::absolute(dir))
+            .ok()?;
+        Some(dir.join(name).display().to_string())
+    }
+
     fn default_refresh_interval(&self) -> Option<Duration> {
         Some(super::FILE_REFRESH_INTERVAL)
     }

@@ -215,6 +215,14 @@ pub trait TokenSource: Send + Sync + 'static {
         None
     }
 
+    /// What this source reads, for sharing: in one process, stores built on sources of the
+    /// same type with equal keys and the same options are one store (one fetch per
+    /// trigger, one timer, one watch), and the later `load`s return the first store. The
+    /// default, `None`, never shares.
+    fn share_key(&self) -> Option<String> {
+        None
+    }
+
     /// How often the store fetches again when nothing else asks, unless the builder says
     /// otherwise. The default, `None`, leaves it to the token's dates (see
     /// [`Fetched::expires_at`]) and to unauthorized responses: right for a source that

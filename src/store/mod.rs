@@ -194,6 +194,11 @@ impl TokenStore {
         Handle::new(Arc::downgrade(&self.shared))
     }
 
+    /// Whether both handles are the same store.
+    pub fn ptr_eq(&self, other: &TokenStore) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// The current token. Lock-free.
     pub fn current(&self) -> Arc<Token> {
         self.shared.current.load_full()

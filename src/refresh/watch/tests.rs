@@ -166,10 +166,11 @@ async fn stores_share_one_watch_per_directory_and_release_it() {
         std::fs::create_dir(dir).unwrap();
         std::fs::write(dir.join("t1"), "x").unwrap();
         std::fs::write(dir.join("t2"), "y").unwrap();
+        std::fs::write(dir.join("t3"), "w").unwrap();
     }
     let stores = vec![
         store_with(&registry, &a.join("t1"), None).await,
-        store_with(&registry, &a.join("t1"), None).await,
+        store_with(&registry, &a.join("t3"), None).await,
         store_with(&registry, &a.join("./t2"), None).await,
         store_with(&registry, &b.join("t1"), None).await,
     ];
