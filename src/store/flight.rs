@@ -143,7 +143,11 @@ impl Shared {
         drop(done);
         flight.started += 1;
         let n = flight.started;
-        let task = self.runtime.spawn(read_loop(
+        // The caller's runtime, which is being driven right now; the store's own (where
+        // it was built) when called from outside any runtime.
+        let runtime =
+            tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone());
+        let task = runtime.spawn(read_loop(
             Arc::downgrade(self),
             self.source.clone(),
             self.config.read_timeout,
@@ -223,6 +227,12 @@ async fn read_loop(
     let Some(origin) = store.upgrade().map(|s| s.origin.clone()) else {
         return;
     };
+    let mut unfinished = Unfinished {
+        store: store.clone(),
+        origin: origin.clone(),
+        read: n,
+        trigger,
+    };
     loop {
         let cx = FetchContext::new(trigger, max_size);
         let fetched = fetch(&*source, &origin, limit, cx).await;
@@ -231,7 +241,51 @@ async fn read_loop(
         };
         match shared.finish(n, trigger, fetched) {
             Some(next) => (n, trigger) = next,
-            None => return,
+            None => {
+                unfinished.read = 0;
+                return;
+            }
         }
+        (unfinished.read, unfinished.trigger) = (n, trigger);
+    }
+}
+
+/// Ends the read in flight with an error if the read task is dropped before it finishes
+/// (its runtime shut down), so that no caller waits for it forever and the next caller
+/// starts a new read.
+struct Unfinished {
+    store: Weak<Shared>,
+    origin: Arc<str>,
+    /// The read in flight; 0 once the task ended normally.
+    read: u64,
+    trigger: Trigger,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.read == 0 {
+            return;
+        }
+        let Some(shared) = self.store.upgrade() else {
+            return;
+        };
+        let error = LoadError::Fetch {
+            origin: self.origin.clone(),
+            error: Arc::new(std::io::Error::other(
+                "the read was dropped unfinished: the tokio runtime running it shut down",
+            )),
+        };
+        shared.report_failure(&error, self.trigger);
+        let mut flight = lock(&shared.flight);
+        // The queued read cannot run either: it ends with the same error, and the next
+        // caller starts anew.
+        if flight.queued.take().is_some() {
+            flight.started += 1;
+        }
+        flight.running = None;
+        shared.done.send_replace(Done {
+            read: flight.started,
+            result: Some(Err(error)),
+        });
     }
 }

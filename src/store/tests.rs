@@ -391,3 +391,73 @@ async fn status_and_debug_never_show_the_token() {
     assert!(!out.contains("very-secret"), "{out}");
     assert!(out.contains(&store.current().fingerprint().to_string()));
 }
+
+#[test]
+fn a_store_outlives_the_runtime_it_was_built_in() {
+    // Built in a runtime that is then dropped (a `block_on` at start-up, a test's own
+    // runtime), then used from another: reads run on the caller's runtime.
+    let src = Scripted::new("one");
+    let store = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(src.loader().load())
+        .unwrap();
+    src.set(Ok("two"));
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reloaded = other
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), store.reload()).await });
+    assert_eq!(reloaded.expect("no hang").unwrap().generation(), 2);
+}
+
+#[test]
+fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
+    let src = Scripted::new("one");
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = main.block_on(src.loader().load()).unwrap();
+    src.gate.forget_permits(usize::MAX);
+    // A read starts on a runtime that is shut down while the read waits at the gate.
+    let doomed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    doomed.block_on(async {
+        let handle = store.downgrade();
+        let started = handle.reload(Trigger::Call, Recency::AfterNow, OnFailure::Report);
+        // Poll once, so the read is started on this runtime, then give up.
+        let _ = tokio::time::timeout(Duration::from_millis(1), started).await;
+    });
+    // A caller joins that read from the main runtime (it subscribes, then waits).
+    let waiter = main.spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store.shared.done.receiver_count() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never joined"
+        );
+        std::thread::yield_now();
+    }
+    drop(doomed);
+    let result =
+        main.block_on(async { tokio::time::timeout(Duration::from_secs(5), waiter).await });
+    let err = result
+        .expect("the waiter is answered")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("runtime"), "{err}");
+    // The next reload starts a new read, on a live runtime.
+    src.gate.add_permits(100);
+    src.set(Ok("two"));
+    let next = main.block_on(store.reload()).unwrap();
+    assert_eq!(next.generation(), 2);
+}
