@@ -49,6 +49,9 @@ pub const DEFAULT_MAX_SIZE: usize = 64 * 1024;
 
 const PREFIX: &[u8] = b"Bearer ";
 
+/// What Notepad and PowerShell put at the start of a UTF-8 file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Why bytes were not accepted as a token.
 ///
 /// The messages name the problem and, for a bad byte, its offset; never the token.
@@ -64,6 +67,14 @@ pub enum TokenError {
         /// Offset of the byte in the input, before trimming.
         offset: usize,
     },
+    /// The input starts with a UTF-8 byte-order mark (`EF BB BF`), as files saved by
+    /// Notepad or PowerShell's `Out-File` do. Refused, never sent: save the file without
+    /// one (`Set-Content -Encoding ascii`, or an editor's "UTF-8 without BOM").
+    #[error(
+        "token starts with a UTF-8 byte-order mark (EF BB BF): save the file without one \
+         (as ASCII, or UTF-8 without BOM)"
+    )]
+    ByteOrderMark,
     /// The input is larger than the cap.
     #[error("token is larger than the cap of {max} bytes")]
     TooLarge {
@@ -193,6 +204,9 @@ impl Token {
     pub fn parse(bytes: &[u8], max_size: usize) -> Result<Self, TokenError> {
         if bytes.len() > max_size {
             return Err(TokenError::TooLarge { max: max_size });
+        }
+        if bytes.starts_with(UTF8_BOM) {
+            return Err(TokenError::ByteOrderMark);
         }
         let start = bytes
             .iter()

@@ -10,6 +10,9 @@ fn expected(input: &[u8], cap: usize) -> Result<Vec<u8>, TokenError> {
     if input.len() > cap {
         return Err(TokenError::TooLarge { max: cap });
     }
+    if input.starts_with(&[0xef, 0xbb, 0xbf]) {
+        return Err(TokenError::ByteOrderMark);
+    }
     let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c');
     let Some(start) = input.iter().position(|b| !ws(b)) else {
         return Err(TokenError::Empty);
@@ -41,6 +44,8 @@ fn inputs() -> impl Strategy<Value = Vec<u8>> {
         // Whitespace around a visible token, the common case.
         ("[ \t\r\n]{0,4}", "[!-~]{1,150}", "[ \t\r\n\x0c]{0,4}")
             .prop_map(|(a, b, c)| format!("{a}{b}{c}").into_bytes()),
+        // A file saved with a byte-order mark.
+        tokenish().prop_map(|t| [&b"\xEF\xBB\xBF"[..], &t].concat()),
     ]
 }
 

@@ -41,6 +41,20 @@ fn bad_bytes_are_rejected_with_their_offset() {
 }
 
 #[test]
+fn a_byte_order_mark_is_refused_and_named() {
+    for input in [&b"\xEF\xBB\xBFabc"[..], b"\xEF\xBB\xBFabc\r\n", b"\xEF\xBB\xBF"] {
+        let err = Token::parse(input, DEFAULT_MAX_SIZE).unwrap_err();
+        assert_eq!(err, TokenError::ByteOrderMark, "input {input:?}");
+        assert!(err.to_string().contains("byte-order mark"), "{err}");
+    }
+    // Only at the start: the same bytes inside a token are bad bytes, with their offset.
+    assert_eq!(
+        Token::parse(b"ab\xEF\xBB\xBF", DEFAULT_MAX_SIZE).unwrap_err(),
+        TokenError::InvalidByte { offset: 2 }
+    );
+}
+
+#[test]
 fn cap_is_inclusive() {
     assert!(Token::parse(&[b'a'; 16], 16).is_ok());
     assert_eq!(
