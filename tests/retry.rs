@@ -271,3 +271,105 @@ async fn a_request_with_its_own_authorization_is_not_retried() {
     let status = store.status();
     assert_eq!((status.reads, status.unauthorized.seen), (1, 0));
 }
+
+/// Rotates the token `rotations` times under a server that revokes the old one, each time
+/// sending one request through a retrying HTTP/1 keep-alive client; returns the server's
+/// TCP connections.
+async fn connections_after_revoking_rotations(refusal_body: Bytes, rotations: usize) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(dir.path(), "t0").await;
+    let server = AuthServer::start("t0").await;
+    server.refusal_body(refusal_body);
+    let mut client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+    for i in 1..=rotations {
+        let token = format!("t{i}");
+        server.accept_only(&token);
+        std::fs::write(&path, &token).unwrap();
+        let res = client
+            .ready()
+            .await
+            .unwrap()
+            .call(get(&server.url("/")))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.into_body().collect().await.unwrap();
+    }
+    assert_eq!(
+        store.status().unauthorized.retries_succeeded,
+        rotations as u64
+    );
+    server.connections()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_401_gives_its_connection_back_to_the_pool() {
+    // A Kubernetes `Status`, as the API server sends with a 401: read away before the
+    // retry, so the keep-alive connection is reused.
+    let status = Bytes::from_static(
+        br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+    );
+    let reused = connections_after_revoking_rotations(status, 5).await;
+    // Two suffice (the retry may check one out before the first is back in the pool);
+    // dropping the 401 unread makes a connection per rotation, six.
+    assert!(reused <= 3, "{reused} connections for 5 revoking rotations");
+    // A refusal body over the drain limit is dropped unread, and its connection with it.
+    let big = Bytes::from(vec![b'x'; 4 * bearer_reload::layer::retry::DRAIN_LIMIT]);
+    let dropped = connections_after_revoking_rotations(big, 5).await;
+    assert!(
+        dropped >= 6,
+        "{dropped} connections: a connection per refused request"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
+    use std::sync::{Arc, Mutex};
+    // A source that takes as long as the test says: the 401's read waits at a gate.
+    let token = Arc::new(Mutex::new("old"));
+    let gate = Arc::new(tokio::sync::Semaphore::new(1));
+    let store = bearer_reload::TokenLoader::new("gated", {
+        let (token, gate) = (token.clone(), gate.clone());
+        move || {
+            let (token, gate) = (token.clone(), gate.clone());
+            async move {
+                drop(gate.acquire().await.unwrap());
+                Ok::<_, std::io::Error>(token.lock().unwrap().as_bytes().to_vec())
+            }
+        }
+    })
+    .refresh_interval(None)
+    .load()
+    .await
+    .unwrap();
+    gate.forget_permits(1);
+    let server = AuthServer::start("new").await;
+    *token.lock().unwrap() = "new";
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+
+    // The caller gives up while the store re-reads its source after the 401.
+    let mut generations = store.subscribe();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        client.clone().oneshot(get(&server.url("/"))),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the request waits for the gated read");
+    assert_eq!(server.refused(), 1);
+    gate.add_permits(1);
+
+    // The read finishes without its caller, and the next request goes out with the new
+    // token the first time: no second 401.
+    tokio::time::timeout(DEADLINE, generations.wait_for(|g| *g == 2))
+        .await
+        .expect("the reload finished for everyone")
+        .unwrap();
+    let res = client.oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(server.refused(), 1);
+    assert_eq!(server.seen(), ["old", "new"]);
+}

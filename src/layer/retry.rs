@@ -14,6 +14,12 @@
 //! - if the token did not change, the 401 goes back to the caller: the same token would be
 //!   refused again.
 //!
+//! Before the second attempt over HTTP/1, the 401's body is read and dropped, up to
+//! [`DRAIN_LIMIT`] bytes and for at most [`DRAIN_TIME`], so that the connection goes back to
+//! its pool instead of being closed (a Kubernetes `Status` is a few hundred bytes); a larger
+//! or slower body is dropped unread. Over HTTP/2 the body is dropped at once: the stream is
+//! reset and the connection stays, so waiting would only delay the retry.
+//!
 //! A request is sent again at most once, and only when its body can be replayed: bodies
 //! that clone cheaply ([`TryCloneBody`]), any body wrapped in a
 //! [`ReplayBody`](crate::body::ReplayBody), or any body the policy's clone function
@@ -64,10 +70,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use http::header::AUTHORIZATION;
 use http::{Request, Response};
+use http_body::Body;
 use pin_project_lite::pin_project;
+use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::BearerService;
@@ -75,6 +84,13 @@ use crate::body::TryCloneBody;
 use crate::classify::{GrpcUnauthenticated, Http401, Unauthorized};
 use crate::store::{RetryOutcome, TokenStore};
 use crate::token::Token;
+
+/// The most of a 401's body read (and dropped) before the retry, so that its connection
+/// can be reused.
+pub const DRAIN_LIMIT: usize = 8 * 1024;
+
+/// The longest wait for a 401's body before the retry goes ahead without it.
+pub const DRAIN_TIME: Duration = Duration::from_millis(50);
 
 /// How the retry policy copies a request body for the second attempt.
 pub trait CloneBody<B>: Clone {
@@ -190,6 +206,7 @@ fn clone_request<B, F: CloneBody<B>>(req: &Request<B>, clone_body: &F) -> Option
 impl<S, B, ResB, C, F> Service<Request<B>> for BearerService<S, RetryUnauthorized<C, F>>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
+    ResB: Body,
     C: Unauthorized,
     F: CloneBody<B>,
 {
@@ -244,6 +261,8 @@ pin_project! {
     enum State<Fut, ResB> {
         First { #[pin] fut: Fut },
         Reloading { reload: Reload, response: Option<Response<ResB>> },
+        // Reading the 401's body away, so that its connection is reused.
+        Draining { #[pin] body: ResB, read: usize, #[pin] deadline: Sleep },
         Ready,
         Retrying { #[pin] fut: Fut },
     }
@@ -252,6 +271,7 @@ pin_project! {
 impl<S, B, ResB, C, F> Future for RetryFuture<S, B, ResB, C, F>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
+    ResB: Body,
     C: Unauthorized,
     F: CloneBody<B>,
 {
@@ -290,13 +310,36 @@ where
                                 .headers_mut()
                                 .insert(AUTHORIZATION, token.header_value().clone());
                             *this.replay = Some(request);
-                            this.state.set(State::Ready);
+                            let response = response.take().expect("polled after completion");
+                            if response.version() >= http::Version::HTTP_2 {
+                                this.state.set(State::Ready);
+                            } else {
+                                this.state.set(State::Draining {
+                                    body: response.into_body(),
+                                    read: 0,
+                                    deadline: tokio::time::sleep(DRAIN_TIME),
+                                });
+                            }
                         }
                         _ => {
                             let response = response.take().expect("polled after completion");
                             return Poll::Ready(Ok(response));
                         }
                     }
+                }
+                StateProj::Draining {
+                    mut body,
+                    read,
+                    deadline,
+                } => {
+                    if drained(body.as_mut(), read, deadline, cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    this.state.set(State::Ready);
+                    // Yield once: the connection's own task puts it back in the pool when
+                    // it sees the end of the body, which it has only just been given.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 StateProj::Ready => {
                     let svc = this.retry_svc.as_mut().expect("a replay has a service");
@@ -321,6 +364,30 @@ where
                     return Poll::Ready(Ok(response));
                 }
             }
+        }
+    }
+}
+
+/// Reads `body` to its end, unless it goes past [`DRAIN_LIMIT`], fails, or the deadline
+/// passes first: ready when the draining is over, whichever way.
+fn drained<B: Body>(
+    mut body: Pin<&mut B>,
+    read: &mut usize,
+    deadline: Pin<&mut Sleep>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    if deadline.poll(cx).is_ready() {
+        return Poll::Ready(());
+    }
+    loop {
+        match ready!(body.as_mut().poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                *read += frame.data_ref().map_or(0, bytes::Buf::remaining);
+                if *read > DRAIN_LIMIT {
+                    return Poll::Ready(());
+                }
+            }
+            None | Some(Err(_)) => return Poll::Ready(()),
         }
     }
 }
@@ -351,6 +418,46 @@ mod tests {
         assert_eq!(copy.headers()["x-a"], "1");
         assert_eq!(copy.extensions().get::<u32>(), Some(&7));
         assert_eq!(copy.body(), "body");
+    }
+
+    /// Drains `frames` (then stays pending if `endless`), counting the frames it polled.
+    async fn drain(frames: Vec<usize>, endless: bool) -> (usize, usize) {
+        use http_body_util::{BodyExt, StreamBody};
+        let polled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = polled.clone();
+        let stream = futures_util::stream::iter(frames).map(move |len| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, std::convert::Infallible>(http_body::Frame::data(bytes::Bytes::from(vec![
+                b'x';
+                len
+            ])))
+        });
+        let tail = futures_util::stream::pending();
+        let body = if endless {
+            StreamBody::new(stream.chain(tail)).boxed_unsync()
+        } else {
+            StreamBody::new(stream.chain(futures_util::stream::empty())).boxed_unsync()
+        };
+        let mut body = std::pin::pin!(body);
+        let mut deadline = std::pin::pin!(tokio::time::sleep(DRAIN_TIME));
+        let mut read = 0;
+        std::future::poll_fn(|cx| drained(body.as_mut(), &mut read, deadline.as_mut(), cx)).await;
+        (read, polled.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    use futures_util::StreamExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_401_body_is_drained_to_its_end_within_the_limits_and_no_further() {
+        // A Kubernetes `Status`: read to the end.
+        assert_eq!(drain(vec![150, 50], false).await, (200, 2));
+        // Past the limit: the reading stops there, the rest is left unread.
+        let (read, polled) = drain(vec![4096, 4096, 4096, 4096], false).await;
+        assert_eq!((read, polled), (3 * 4096, 3));
+        // A body that never ends: the deadline ends the wait.
+        let started = tokio::time::Instant::now();
+        assert_eq!(drain(vec![10], true).await, (10, 1));
+        assert_eq!(started.elapsed(), DRAIN_TIME);
     }
 
     #[test]

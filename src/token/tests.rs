@@ -42,7 +42,11 @@ fn bad_bytes_are_rejected_with_their_offset() {
 
 #[test]
 fn a_byte_order_mark_is_refused_and_named() {
-    for input in [&b"\xEF\xBB\xBFabc"[..], b"\xEF\xBB\xBFabc\r\n", b"\xEF\xBB\xBF"] {
+    for input in [
+        &b"\xEF\xBB\xBFabc"[..],
+        b"\xEF\xBB\xBFabc\r\n",
+        b"\xEF\xBB\xBF",
+    ] {
         let err = Token::parse(input, DEFAULT_MAX_SIZE).unwrap_err();
         assert_eq!(err, TokenError::ByteOrderMark, "input {input:?}");
         assert!(err.to_string().contains("byte-order mark"), "{err}");

@@ -6,10 +6,11 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
@@ -19,16 +20,35 @@ use tokio_rustls::TlsAcceptor;
 
 /// Serves every connection on `listener` with `handle`, over TLS when `tls` is given, until
 /// the returned task is aborted.
-pub fn spawn<H, F>(listener: TcpListener, tls: Option<TlsAcceptor>, handle: H) -> JoinHandle<()>
+pub fn spawn<H, F, B>(listener: TcpListener, tls: Option<TlsAcceptor>, handle: H) -> JoinHandle<()>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    spawn_counting(listener, tls, handle, Arc::default())
+}
+
+/// [`spawn`], counting the connections accepted in `connections`.
+pub fn spawn_counting<H, F, B>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    handle: H,
+    connections: Arc<AtomicU64>,
+) -> JoinHandle<()>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 continue;
             };
+            connections.fetch_add(1, Ordering::SeqCst);
             let (tls, handle) = (tls.clone(), handle.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {

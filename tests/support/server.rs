@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header::AUTHORIZATION};
-use http_body_util::{BodyExt, Full};
+use std::convert::Infallible;
+
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
@@ -35,6 +38,10 @@ struct State {
     refused: AtomicU64,
     /// Requests wait until this many have arrived before they are answered.
     hold_until: AtomicU64,
+    /// TCP connections accepted.
+    connections: Arc<AtomicU64>,
+    /// The body of a refusal (a Kubernetes `Status`, a proxy's page).
+    refusal_body: Mutex<Bytes>,
 }
 
 /// The server. Stops accepting when dropped.
@@ -65,14 +72,21 @@ impl AuthServer {
             requests: watch::Sender::new(0),
             refused: AtomicU64::new(0),
             hold_until: AtomicU64::new(0),
+            connections: Arc::default(),
+            refusal_body: Mutex::new(Bytes::from_static(b"Unauthorized")),
         });
-        let task = super::serve::spawn(listener, None, {
-            let state = state.clone();
-            move |req| {
+        let task = super::serve::spawn_counting(
+            listener,
+            None,
+            {
                 let state = state.clone();
-                async move { handle(&state, req).await }
-            }
-        });
+                move |req| {
+                    let state = state.clone();
+                    async move { handle(&state, req).await }
+                }
+            },
+            state.connections.clone(),
+        );
         Self { addr, state, task }
     }
 
@@ -114,6 +128,16 @@ impl AuthServer {
         self.state.refused.load(Ordering::SeqCst)
     }
 
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// Refuse with this body from now on.
+    pub fn refusal_body(&self, body: impl Into<Bytes>) {
+        *self.state.refusal_body.lock().unwrap() = body.into();
+    }
+
     /// Answer nothing until `n` requests have arrived.
     pub fn hold_until(&self, n: u64) {
         self.state.hold_until.store(n, Ordering::SeqCst);
@@ -125,7 +149,9 @@ impl AuthServer {
     }
 }
 
-async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
     let token = req
         .headers()
         .get(AUTHORIZATION)
@@ -142,18 +168,31 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
         let _ = rx.wait_for(|&n| n >= hold).await;
     }
     let Ok(body) = body else {
-        return status(StatusCode::BAD_REQUEST, "unreadable body");
+        return status(StatusCode::BAD_REQUEST, "unreadable body").map(BodyExt::boxed_unsync);
     };
     let ok = state.accepted.lock().unwrap().contains(&token);
     if !ok {
         state.refused.fetch_add(1, Ordering::SeqCst);
         return match state.refusal {
-            Refusal::Http => status(StatusCode::UNAUTHORIZED, "Unauthorized"),
+            // The status line and headers go out first and the body a moment later, as a
+            // server that streams its answer sends them: a client that drops the response
+            // at once leaves the body unread on the connection.
+            Refusal::Http => {
+                let refusal = state.refusal_body.lock().unwrap().clone();
+                let later = futures_util::stream::once(async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Ok::<_, Infallible>(http_body::Frame::data(refusal))
+                });
+                Response::builder()
+                    .status(StatusCode::UNAUTHORIZED)
+                    .body(StreamBody::new(later).boxed_unsync())
+                    .unwrap()
+            }
             Refusal::Grpc => Response::builder()
                 .header("content-type", "application/grpc")
                 .header("grpc-status", "16")
                 .header("grpc-message", "invalid token")
-                .body(Full::default())
+                .body(Full::default().boxed_unsync())
                 .unwrap(),
         };
     }
@@ -164,7 +203,7 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
     Response::builder()
         .header("x-body-sha256", digest)
         .header("x-body-len", body.len())
-        .body(Full::new(Bytes::from_static(b"ok")))
+        .body(Full::new(Bytes::from_static(b"ok")).boxed_unsync())
         .unwrap()
 }
 
