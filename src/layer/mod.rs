@@ -46,7 +46,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
-use crate::store::TokenStore;
+use crate::store::{StoreId, TokenStore};
 use crate::token::Token;
 
 pub mod retry;
@@ -211,7 +211,7 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let sent = self
             .authorize(req.headers_mut())
-            .map(|generation| (self.store.clone(), generation));
+            .map(|generation| (self.store.id(), generation));
         ResponseFuture {
             inner: self.inner.call(req),
             sent,
@@ -227,9 +227,9 @@ pin_project! {
     pub struct ResponseFuture<F, C = Http401> {
         #[pin]
         inner: F,
-        // The store and the generation of the token the request carried; `None` for a
-        // request that kept its own `Authorization`.
-        sent: Option<(TokenStore, u64)>,
+        // The store's number and the generation of the token the request carried; `None`
+        // for a request that kept its own `Authorization`.
+        sent: Option<(StoreId, u64)>,
         classifier: C,
     }
 }
@@ -245,8 +245,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        if let (Ok(response), Some((store, sent))) = (&result, this.sent.take())
+        if let (Ok(response), Some((id, sent))) = (&result, this.sent.take())
             && this.classifier.is_unauthorized(response)
+            && let Some(store) = id.store()
         {
             // Starts the store's read and returns: the request that follows gets the new
             // token, this one gets its 401.

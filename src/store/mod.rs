@@ -34,9 +34,10 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -102,6 +103,8 @@ impl Reloaded {
 }
 
 pub(crate) struct Shared {
+    /// This store's number in [`LIVE`].
+    id: StoreId,
     current: ArcSwap<Token>,
     /// Mirrors `current.generation`, written after it: one atomic load tells a cached
     /// header whether it is still current.
@@ -127,6 +130,29 @@ impl Drop for Shared {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .abort();
+        lock(&LIVE).remove(&self.id);
+    }
+}
+
+/// Every live store, by number: a response future finds its store here (only after a 401)
+/// rather than holding a reference-counted handle to it, which would cost an atomic
+/// increment and decrement on a shared cache line per request.
+static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<Shared>>>> = LazyLock::new(Mutex::default);
+
+/// A store's number, unique for the life of the process: `Copy`, and free to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct StoreId(u64);
+
+impl StoreId {
+    fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        StoreId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The store, if it is still alive.
+    pub(crate) fn store(self) -> Option<TokenStore> {
+        let shared = lock(&LIVE).get(&self)?.upgrade()?;
+        Some(TokenStore { shared })
     }
 }
 
@@ -161,8 +187,10 @@ impl TokenStore {
         let fetched = flight::fetch(&*source, &origin, config.read_timeout, cx).await?;
         let first = token_of(fetched, &origin, &config)?.with_generation(1);
         tracing::info!(source = %origin, token = %first, "token loaded");
+        let id = StoreId::next();
         let store = TokenStore {
             shared: Arc::new(Shared {
+                id,
                 current: ArcSwap::from_pointee(first),
                 generation: AtomicU64::new(1),
                 source,
@@ -185,8 +213,15 @@ impl TokenStore {
                 expiry: ExpiryWarnings::default(),
             }),
         };
+        lock(&LIVE).insert(id, Arc::downgrade(&store.shared));
         store.shared.check_expiry();
         Ok(store)
+    }
+
+    /// The store's number, to find it again after a 401 without holding it.
+    #[inline]
+    pub(crate) fn id(&self) -> StoreId {
+        self.shared.id
     }
 
     /// A weak handle, for background work that must not keep the store alive.
