@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::{Options, Token};
+use bearer_reload::Options;
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -132,12 +132,6 @@ fn serial_of(token: &str) -> Option<u64> {
         .ok()?;
     let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     claims["jti"].as_str()?.parse().ok()
-}
-
-fn fingerprint(token: &str) -> String {
-    Token::parse(token.as_bytes(), usize::MAX)
-        .map(|t| t.fingerprint().to_string())
-        .unwrap_or_else(|_| "-".to_owned())
 }
 
 #[derive(Default)]
@@ -253,8 +247,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     // The issuer: a new token every `rotate_every`, valid before it is written; the old one
     // revoked once it is.
+    let stop_rotating = Arc::new(AtomicBool::new(false));
     let rotator = tokio::spawn({
-        let (issuer, written, stop) = (issuer.clone(), written.clone(), stop.clone());
+        let (issuer, written, stop) = (issuer.clone(), written.clone(), stop_rotating.clone());
         async move {
             let mut serial = 1;
             let mut ticks =
@@ -279,15 +274,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     second.tick().await;
     while started.elapsed() < duration {
         second.tick().await;
-        let last_tokens = last_token_per_namespace(&api);
-        let file = fingerprint(&std::fs::read_to_string(store_path(&files))?);
-        progress.update(started.elapsed(), &runs, &last_tokens, &file);
+        progress.update(started.elapsed(), &runs, &api, &written.lock().unwrap());
     }
+    // Wind down: the rotations stop first and the callers go on for a moment, so the last
+    // frame shows where each client stands once the file has settled.
+    stop_rotating.store(true, Ordering::Relaxed);
+    let _projected = rotator.await?;
+    second.tick().await;
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
         worker.await?;
     }
-    let _projected = rotator.await?;
+    progress.update(started.elapsed(), &runs, &api, &written.lock().unwrap());
     progress.finish();
 
     let rotations = written.lock().unwrap().len() - 1;
@@ -337,10 +335,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     Ok(())
 }
 
-fn store_path(files: &tempfile::TempDir) -> std::path::PathBuf {
-    files.path().join("token")
-}
-
 fn rand_key() -> [u8; 32] {
     // A per-run signing key; uniqueness, not secrecy, is what the demo needs.
     let mut key = [0u8; 32];
@@ -350,15 +344,16 @@ fn rand_key() -> [u8; 32] {
     key
 }
 
-/// The fingerprint of the last token the server saw from each client's namespace.
-fn last_token_per_namespace(api: &KubeApi) -> Vec<(String, String)> {
-    let mut last: Vec<(String, String)> = Vec::new();
+/// The serial of the last token the server saw from each client's namespace.
+fn last_serial_per_namespace(api: &KubeApi) -> Vec<(String, u64)> {
+    let mut last: Vec<(String, u64)> = Vec::new();
     for seen in api.seen().iter().rev() {
-        let (Some(ns), Some(token)) = (&seen.namespace, &seen.token) else {
+        let (Some(ns), Some(serial)) = (&seen.namespace, seen.token.as_deref().and_then(serial_of))
+        else {
             continue;
         };
         if !last.iter().any(|(n, _)| n == ns) {
-            last.push((ns.clone(), fingerprint(token)));
+            last.push((ns.clone(), serial));
         }
     }
     last
@@ -412,24 +407,31 @@ impl Progress {
         }
     }
 
-    fn update(&self, elapsed: Duration, runs: &[ClientRun], last: &[(String, String)], file: &str) {
+    /// One line per client: its counts, and which token it last sent against the newest
+    /// one written: `current`, or how long it has been behind.
+    fn update(&self, elapsed: Duration, runs: &[ClientRun], api: &KubeApi, written: &[(u64, Instant)]) {
+        let last = last_serial_per_namespace(api);
+        let newest = written.last().map_or(0, |(serial, _)| *serial);
         for (i, run) in runs.iter().enumerate() {
             let c = &run.counts;
-            let token = last
-                .iter()
-                .find(|(ns, _)| ns == run.name)
-                .map_or("-", |(_, fp)| fp.as_str());
+            let sent = last.iter().find(|(ns, _)| ns == run.name).map(|(_, s)| *s);
+            let standing = match sent {
+                None => "no request yet".to_owned(),
+                Some(serial) if serial >= newest => format!("token #{serial} of {newest}, current"),
+                Some(serial) => {
+                    let since = written
+                        .iter()
+                        .find(|(s, _)| *s == serial + 1)
+                        .map_or(0.0, |(_, at)| at.elapsed().as_secs_f64());
+                    format!("token #{serial} of {newest}, {since:.1} s behind")
+                }
+            };
             let line = format!(
-                "t={:>3}s {:<14} requests={:>6} failed={:>6} token={token}{} file={file}",
+                "t={:>3}s {:<14} requests={:>6} failed={:>6}  {standing}",
                 elapsed.as_secs(),
                 run.name,
                 c.requests.load(Ordering::Relaxed),
                 c.failed.load(Ordering::Relaxed),
-                if token == file {
-                    " (current)"
-                } else {
-                    " (stale)  "
-                },
             );
             match &self.bars {
                 Some((_, bars)) => bars[i].set_message(line),
