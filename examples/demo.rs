@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::Options;
+use bearer_reload::testing::ProjectedTokenDir;
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -409,7 +409,13 @@ impl Progress {
 
     /// One line per client: its counts, and which token it last sent against the newest
     /// one written: `current`, or how long it has been behind.
-    fn update(&self, elapsed: Duration, runs: &[ClientRun], api: &KubeApi, written: &[(u64, Instant)]) {
+    fn update(
+        &self,
+        elapsed: Duration,
+        runs: &[ClientRun],
+        api: &KubeApi,
+        written: &[(u64, Instant)],
+    ) {
         let last = last_serial_per_namespace(api);
         let newest = written.last().map_or(0, |(serial, _)| *serial);
         for (i, run) in runs.iter().enumerate() {

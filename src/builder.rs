@@ -1,27 +1,5 @@
-//! Building a [`TokenStore`]: one builder for every kind of source, and its options.
-//!
-//! [`StoreBuilder`] holds a source and the options every store shares; `.load().await`
-//! fetches the first token (an error there names the source and the problem), builds the
-//! store and starts what keeps it fresh: the timer, and for a file the directory watcher.
-//! [`TokenFile`] and [`TokenLoader`] are the builder for a file and for an async closure;
-//! [`StoreBuilder::from_source`] takes any [`TokenSource`]; [`Options`] is the builder
-//! before it has a source, for code that learns the source later (the `kube` module).
-//!
-//! ```no_run
-//! # async fn run() -> Result<(), bearer_reload::LoadError> {
-//! use std::time::Duration;
-//! use bearer_reload::TokenFile;
-//!
-//! let store = TokenFile::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
-//!     .refresh_interval(Some(Duration::from_secs(60)))
-//!     .load()
-//!     .await?;
-//! println!("loaded {}", store.current());
-//! # Ok(()) }
-//! ```
-//!
-//! Like `tower::buffer::Buffer::pair`, [`StoreBuilder::pair`] hands back the background
-//! work instead of spawning it, for an application that runs its own tasks.
+//! Building a [`TokenStore`]: [`StoreBuilder`], one builder for every kind of source, and
+//! its options.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -63,10 +41,34 @@ pub type TokenLoader = StoreBuilder<FnSource>;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoSource;
 
-/// Builds a [`TokenStore`] on a source (see the [module docs](self)).
+/// Builds a [`TokenStore`] on a source.
 ///
-/// By default the source is read again every 60 seconds and, for a file, on every change
-/// in its directory; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
+/// [`StoreBuilder`] holds a source and the options every store shares; `.load().await`
+/// fetches the first token (an error there names the source and the problem), builds the
+/// store and starts what keeps it fresh: the timer, and for a file the directory watcher.
+/// [`TokenFile`] and [`TokenLoader`] are the builder for a file and for an async closure;
+/// [`StoreBuilder::from_source`] takes any [`TokenSource`]; [`Options`] is the builder
+/// before it has a source, for code that learns the source later (the `kube` module).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), bearer_reload::LoadError> {
+/// use std::time::Duration;
+/// use bearer_reload::TokenFile;
+///
+/// let store = TokenFile::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+///     .refresh_interval(Some(Duration::from_secs(60)))
+///     .load()
+///     .await?;
+/// println!("loaded {}", store.current());
+/// # Ok(()) }
+/// ```
+///
+/// Like `tower::buffer::Buffer::pair`, [`StoreBuilder::pair`] hands back the background
+/// work instead of spawning it, for an application that runs its own tasks.
+///
+/// By default a file (or a closure) is read again every 60 seconds, and a file on every
+/// change in its directory; a source that says when its tokens expire is fetched again
+/// before they do; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
 /// one token trigger at most one fetch a second.
 #[derive(Clone)]
 pub struct StoreBuilder<S> {

@@ -1,4 +1,4 @@
-//! A [`kube::Client`] whose token file reloads the moment it rotates, and whose 401s are
+//! A `kube::Client` whose token file reloads the moment it rotates, and whose 401s are
 //! retried once with the new token (feature `kube`).
 //!
 //! kube-rs reads a `tokenFile` (the in-cluster service-account token, or a kubeconfig user's
