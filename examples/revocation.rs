@@ -5,8 +5,9 @@
 //! revokes the old token at that instant. Three runs, one line each:
 //!
 //! - `mode=retry`: watcher + 401 retry (what this crate is for);
-//! - `mode=no-retry`: watcher only, a 401 goes back to the caller;
-//! - `mode=timer-only`: no watcher, no retry, the 60 s re-read every peer relies on.
+//! - `mode=no-retry`: watcher, and a 401 reloads the token but goes back to the caller;
+//! - `mode=timer-only`: no watcher, no reaction to a 401: the 60 s re-read every peer
+//!   relies on.
 //!
 //! ```text
 //! cargo run --release --example revocation [-- --duration 20 --rotate-every 2]
@@ -102,7 +103,14 @@ async fn run(
                         .retry_unauthorized(RetryUnauthorized::new())
                         .layer(http1_client::<Empty<Bytes>>()),
                 ),
-                _ => tower::util::Either::Right(layer.layer(http1_client::<Empty<Bytes>>())),
+                Mode::NoRetry => tower::util::Either::Right(tower::util::Either::Left(
+                    layer.layer(http1_client::<Empty<Bytes>>()),
+                )),
+                Mode::TimerOnly => tower::util::Either::Right(tower::util::Either::Right(
+                    layer
+                        .classifier(bearer_reload::classify::Never)
+                        .layer(http1_client::<Empty<Bytes>>()),
+                )),
             });
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {

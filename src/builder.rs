@@ -79,6 +79,7 @@ pub struct StoreBuilder<S> {
     max_size: usize,
     unauthorized_interval: Duration,
     read_timeout: Duration,
+    name: Option<String>,
     clock: Clock,
 }
 
@@ -91,6 +92,7 @@ impl<S: fmt::Debug> fmt::Debug for StoreBuilder<S> {
             .field("max_size", &self.max_size)
             .field("unauthorized_interval", &self.unauthorized_interval)
             .field("read_timeout", &self.read_timeout)
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -111,6 +113,7 @@ impl Options {
             max_size: DEFAULT_MAX_SIZE,
             unauthorized_interval: Duration::from_secs(1),
             read_timeout: Duration::from_secs(10),
+            name: None,
             clock: Clock::default(),
         }
     }
@@ -170,6 +173,7 @@ impl<S> StoreBuilder<S> {
             max_size: self.max_size,
             unauthorized_interval: self.unauthorized_interval,
             read_timeout: self.read_timeout,
+            name: self.name,
             clock: self.clock,
         }
     }
@@ -213,6 +217,15 @@ impl<S> StoreBuilder<S> {
     /// on a dead mount or a hung plugin must not hold up every later reload.
     pub fn read_timeout(mut self, limit: Duration) -> Self {
         self.read_timeout = limit;
+        self
+    }
+
+    /// The store's name: the `source` label of its metrics (feature `metrics`), such as a
+    /// tenant's. By default its source's description (`file /var/run/...`). Never put a
+    /// token in it. Stores shared by [`share_key`](TokenSource::share_key) keep the first
+    /// one's name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
@@ -283,6 +296,7 @@ impl<S: TokenSource> StoreBuilder<S> {
 
     async fn build(self) -> Result<(TokenStore, Refresher), LoadError> {
         let config = Config {
+            name: self.name,
             max_size: self.max_size,
             read_timeout: self.read_timeout,
             unauthorized_interval: self.unauthorized_interval,
@@ -297,6 +311,8 @@ impl<S: TokenSource> StoreBuilder<S> {
             .refresh_interval
             .unwrap_or_else(|| self.source.default_refresh_interval());
         let store = TokenStore::load(Arc::new(self.source), origin, config).await?;
+        #[cfg(feature = "metrics")]
+        refresh::gauges::ensure_running();
         let handle = store.downgrade();
         let timer = refresh::timer::run(handle.clone(), period, self.clock);
         let watcher = watch_path.map(|path| refresh::watch::watch(handle.clone(), &path));

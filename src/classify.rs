@@ -43,6 +43,19 @@ impl Unauthorized for GrpcUnauthenticated {
     }
 }
 
+/// Nothing is unauthorized: the layer only sets the header and never reloads on a
+/// response, like tower-http's static `AddAuthorization` (for comparisons, or a server
+/// whose refusals never mean the token changed).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Never;
+
+impl Unauthorized for Never {
+    #[inline]
+    fn is_unauthorized<B>(&self, _response: &Response<B>) -> bool {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +77,6 @@ mod tests {
         assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("7"))));
         assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("0"))));
         assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("160"))));
+        assert!(!Never.is_unauthorized(&res(401, None)));
     }
 }

@@ -35,8 +35,9 @@
 //! - [`layer`]: the tower middleware ([`BearerLayer`]), with [`RetryUnauthorized`];
 //!   [`classify`] says what counts as unauthorized, [`body`] makes request bodies
 //!   replayable.
-//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `testing` (feature
-//!   `testing`): kubelet-faithful token writers for your own tests.
+//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `metrics` (feature
+//!   `metrics`): what every store reports through the `metrics` facade, and alert rules.
+//!   `testing` (feature `testing`): kubelet-faithful token writers for your own tests.
 //!
 //! # Where the layer goes
 //!
@@ -61,10 +62,15 @@ mod clock;
 #[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub mod kube;
 pub mod layer;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 mod refresh;
 pub mod source;
 pub mod store;
 mod sync;
+#[cfg(test)]
+mod test_support;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

@@ -187,6 +187,7 @@ impl<S, P> BearerService<S, P> {
             && !self.overwrite
         {
             headers.insert(AUTHORIZATION, own);
+            self.store.count_kept_authorization();
             return None;
         }
         Some(self.cached.generation())

@@ -8,6 +8,8 @@ use std::future::Future;
 
 use crate::store::Handle;
 
+#[cfg(feature = "metrics")]
+pub(crate) mod gauges;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;

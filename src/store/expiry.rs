@@ -13,11 +13,14 @@ use tracing::field::display;
 use crate::clock::Rfc3339;
 use crate::token::{Freshness, Token};
 
-/// The generations already warned about, one counter per warning.
+/// The generations already warned about, one counter per warning, and the generation of
+/// a token found stale (overdue or expired) by a read that found nothing newer: a stalled
+/// rotator.
 #[derive(Debug, Default)]
 pub(crate) struct ExpiryWarnings {
     expired: AtomicU64,
     overdue: AtomicU64,
+    stalled: AtomicU64,
 }
 
 impl ExpiryWarnings {
@@ -29,7 +32,11 @@ impl ExpiryWarnings {
         let first = |seen: &AtomicU64| seen.fetch_max(generation, Ordering::AcqRel) < generation;
         let claims = token.kind().claims();
         let exp = token.expires_at().map(|t| display(Rfc3339(t)));
-        match token.freshness_at(now) {
+        let freshness = token.freshness_at(now);
+        if freshness.is_stale() {
+            self.stalled.fetch_max(generation, Ordering::AcqRel);
+        }
+        match freshness {
             Freshness::Expired => {
                 // An expired token is past overdue too: one warning says it all.
                 self.overdue.fetch_max(generation, Ordering::AcqRel);
@@ -58,5 +65,19 @@ impl ExpiryWarnings {
             }
             _ => {}
         }
+    }
+
+    /// Since when `token` (the one in use) has been stalled: the point at which it became
+    /// overdue, if a check found it stale; `None` for a token never found stale (a newer
+    /// token clears the signal by being another generation).
+    pub(crate) fn stalled_since(&self, token: &Token) -> Option<SystemTime> {
+        if self.stalled.load(Ordering::Acquire) != token.generation() {
+            return None;
+        }
+        token
+            .kind()
+            .claims()
+            .and_then(|c| c.overdue_at())
+            .or(token.expires_at())
     }
 }

@@ -169,6 +169,7 @@ impl Shared {
     ) -> Option<(u64, Trigger)> {
         super::Counters::bump(&self.counters.reads);
         let result = fetched.and_then(|f| self.install(f, trigger));
+        self.telemetry.reload(trigger, &result);
         let mut flight = lock(&self.flight);
         let report = flight.running.as_ref().map(|(a, _)| a.report);
         if let (Err(error), Some(OnFailure::Report)) = (&result, report) {

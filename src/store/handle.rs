@@ -60,6 +60,7 @@ impl Handle {
     /// Records whether the store's file is watched.
     pub(crate) fn set_watch_state(&self, state: WatchState) {
         if let Some(shared) = self.shared.upgrade() {
+            shared.telemetry.watch_state(&state);
             *lock(&shared.watch_state) = state;
         }
     }

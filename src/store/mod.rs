@@ -53,6 +53,7 @@ mod expiry;
 mod flight;
 mod handle;
 mod status;
+mod telemetry;
 mod unauthorized;
 
 pub use error::LoadError;
@@ -64,11 +65,14 @@ pub use status::{Status, UnauthorizedStats, WatchState};
 use expiry::ExpiryWarnings;
 use flight::{Done, Flight, Ticket};
 use status::Counters;
+use telemetry::Telemetry;
 use unauthorized::UnauthorizedRead;
 
 /// What the store needs to know of its options.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
+    /// The `source` label of the store's metrics; its source's description when `None`.
+    pub(crate) name: Option<String>,
     pub(crate) max_size: usize,
     pub(crate) read_timeout: Duration,
     pub(crate) unauthorized_interval: Duration,
@@ -122,6 +126,7 @@ pub(crate) struct Shared {
     last_unauthorized_read: Mutex<Option<UnauthorizedRead>>,
     watch_state: Mutex<WatchState>,
     expiry: ExpiryWarnings,
+    telemetry: Telemetry,
 }
 
 impl Drop for Shared {
@@ -188,6 +193,10 @@ impl TokenStore {
         let first = token_of(fetched, &origin, &config)?.with_generation(1);
         tracing::info!(source = %origin, token = %first, "token loaded");
         let id = StoreId::next();
+        let label = config
+            .name
+            .as_deref()
+            .map_or_else(|| origin.clone(), Arc::from);
         let store = TokenStore {
             shared: Arc::new(Shared {
                 id,
@@ -211,8 +220,14 @@ impl TokenStore {
                 last_unauthorized_read: Mutex::new(None),
                 watch_state: Mutex::new(WatchState::Off),
                 expiry: ExpiryWarnings::default(),
+                telemetry: Telemetry::new(label),
             }),
         };
+        store
+            .shared
+            .telemetry
+            .reload(Trigger::Load, &Ok(Reloaded::Unchanged { generation: 1 }));
+        store.shared.telemetry.watch_state(&WatchState::Off);
         lock(&LIVE).insert(id, Arc::downgrade(&store.shared));
         store.shared.check_expiry();
         Ok(store)
@@ -293,12 +308,26 @@ impl TokenStore {
             last_error: lock(&s.last_error).clone(),
             watch: lock(&s.watch_state).clone(),
             unauthorized: c.unauthorized(),
+            stalled_since: s.expiry.stalled_since(&current),
         }
     }
 
     /// Counts how a retry went.
     pub(crate) fn count_retry(&self, outcome: RetryOutcome) {
         self.shared.counters.retry(outcome);
+        self.shared.telemetry.retry(outcome);
+    }
+
+    /// Counts a request that kept its own `Authorization` (metrics only).
+    #[inline]
+    pub(crate) fn count_kept_authorization(&self) {
+        self.shared.telemetry.kept_authorization();
+    }
+
+    /// Publishes the gauges of the token in use.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn publish_gauges(&self) {
+        self.shared.publish_gauges();
     }
 }
 
@@ -316,12 +345,32 @@ fn token_of(fetched: Fetched, origin: &Arc<str>, config: &Config) -> Result<Toke
     ))
 }
 
+/// Every live store (for the process-wide gauge task).
+#[cfg(feature = "metrics")]
+pub(crate) fn live() -> Vec<TokenStore> {
+    lock(&LIVE)
+        .values()
+        .filter_map(Weak::upgrade)
+        .map(|shared| TokenStore { shared })
+        .collect()
+}
+
 impl Shared {
     /// Warns (once per token) when the current token, just confirmed by a read of the
-    /// source, has expired or is overdue for rotation.
+    /// source, has expired or is overdue for rotation: the rotator has stalled.
     fn check_expiry(&self) {
         self.expiry
             .check(&self.current.load(), self.config.clock.now(), &self.origin);
+        #[cfg(feature = "metrics")]
+        self.publish_gauges();
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_gauges(&self) {
+        let current = self.current.load();
+        let stalled = self.expiry.stalled_since(&current).is_some();
+        self.telemetry
+            .token(&current, self.config.clock.now(), stalled);
     }
 
     fn report_failure(&self, error: &LoadError, trigger: Trigger) {

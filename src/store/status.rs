@@ -72,6 +72,12 @@ pub struct Status {
     pub watch: WatchState,
     /// Unauthorized responses and retries.
     pub unauthorized: UnauthorizedStats,
+    /// Since when the rotator has stalled, if it has: the token in use is past the point at
+    /// which its writer should have replaced it (80% of `iat..exp` plus a minute, and past
+    /// `warnafter`), or has expired, and the last read of the source found nothing newer.
+    /// Cleared when a new token is installed. Logged once per token; with the `metrics`
+    /// feature, the gauge `bearer_reload_rotation_stalled`.
+    pub stalled_since: Option<SystemTime>,
 }
 
 /// How a retry went, for the counters.

@@ -33,6 +33,7 @@ impl TokenStore {
     pub(crate) fn refused(&self, sent: u64) -> Refused {
         let s = &self.shared;
         Counters::bump(&s.counters.unauthorized_seen);
+        s.telemetry.unauthorized();
         // Reads started before this response arrived may have started before the server
         // revoked the token, and before its successor was written: they do not count.
         let arrived = lock(&s.flight).started;

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod kube_api;
+pub mod prometheus;
 pub mod serve;
 pub mod server;
 

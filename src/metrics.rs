@@ -1,0 +1,164 @@
+//! Metrics an operator can alert on (feature `metrics`), through the [`metrics`] facade:
+//! install any exporter (Prometheus, OpenTelemetry, StatsD) and every store reports.
+//!
+//! Every series has the label `source`: the store's name, [`StoreBuilder::name`] if set,
+//! else what its source says it is (`file /var/run/...`, `loader vault`). Never a token.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `bearer_reload_reloads_total` | counter | `trigger` (`load`, `call`, `timer`, `watch`, `unauthorized`), `result` (`rotated`, `unchanged`, `failed`) | reads of the source |
+//! | `bearer_reload_unauthorized_total` | counter | | unauthorized responses to requests that carried the store's token |
+//! | `bearer_reload_retries_total` | counter | `result` (`succeeded`, `refused`) | requests sent again with a newer token |
+//! | `bearer_reload_requests_kept_authorization_total` | counter | | requests that kept their own `Authorization` |
+//! | `bearer_reload_token_expires_in_seconds` | gauge | | until the token in use expires (when it says) |
+//! | `bearer_reload_token_age_seconds` | gauge | | since the token in use was issued (its `iat`, else since it was installed) |
+//! | `bearer_reload_source_changed_seconds` | gauge | | since a read of the source last found a new token |
+//! | `bearer_reload_watch_state` | gauge | `state` (`active`, `degraded`, `off`) | 1 for the store's watch state, 0 for the others |
+//! | `bearer_reload_generation` | gauge | | the token's generation (1, then one more per rotation) |
+//! | `bearer_reload_rotation_stalled` | gauge | | 1 while the token in use is past its rotation point and the source holds nothing newer |
+//!
+//! The time gauges are refreshed every [`GAUGE_PERIOD`] by one task for the whole process,
+//! and after every read. The request path records nothing but the rare request that kept
+//! its own `Authorization`.
+//!
+//! # Alert rules (Prometheus)
+//!
+//! ```yaml
+//! - alert: BearerTokenExpiresSoon
+//!   expr: bearer_reload_token_expires_in_seconds < 600
+//!   for: 1m
+//!   annotations:
+//!     summary: "{{ $labels.source }}: the token in use expires within 10 minutes"
+//! - alert: BearerTokenRotatorStalled
+//!   expr: bearer_reload_rotation_stalled == 1
+//!   for: 5m
+//!   annotations:
+//!     summary: "{{ $labels.source }}: the token is past its rotation point and nothing
+//!       has replaced it (a stopped kubelet or writer, a subPath mount, a failing plugin)"
+//! ```
+//!
+//! [`StoreBuilder::name`]: crate::StoreBuilder::name
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::metrics::{counter, describe_counter, describe_gauge, gauge};
+
+/// How often the process-wide task refreshes the time gauges.
+pub const GAUGE_PERIOD: Duration = Duration::from_secs(5);
+
+/// The names of every series, for exporters' allow-lists.
+pub const NAMES: [&str; 10] = [
+    RELOADS,
+    UNAUTHORIZED,
+    RETRIES,
+    KEPT_AUTHORIZATION,
+    EXPIRES_IN,
+    TOKEN_AGE,
+    SOURCE_CHANGED,
+    WATCH_STATE,
+    GENERATION,
+    STALLED,
+];
+
+const RELOADS: &str = "bearer_reload_reloads_total";
+const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
+const RETRIES: &str = "bearer_reload_retries_total";
+const KEPT_AUTHORIZATION: &str = "bearer_reload_requests_kept_authorization_total";
+const EXPIRES_IN: &str = "bearer_reload_token_expires_in_seconds";
+const TOKEN_AGE: &str = "bearer_reload_token_age_seconds";
+const SOURCE_CHANGED: &str = "bearer_reload_source_changed_seconds";
+const WATCH_STATE: &str = "bearer_reload_watch_state";
+const GENERATION: &str = "bearer_reload_generation";
+const STALLED: &str = "bearer_reload_rotation_stalled";
+
+/// Describes every series to the installed recorder (once is enough; called for each
+/// store, as recorders may be installed late).
+pub(crate) fn describe() {
+    describe_counter!(RELOADS, "Reads of the token source, by trigger and result.");
+    describe_counter!(
+        UNAUTHORIZED,
+        "Unauthorized responses to requests that carried the store's token."
+    );
+    describe_counter!(
+        RETRIES,
+        "Requests sent again with a newer token, by result."
+    );
+    describe_counter!(
+        KEPT_AUTHORIZATION,
+        "Requests that kept their own Authorization header."
+    );
+    describe_gauge!(
+        EXPIRES_IN,
+        ::metrics::Unit::Seconds,
+        "Seconds until the token in use expires."
+    );
+    describe_gauge!(
+        TOKEN_AGE,
+        ::metrics::Unit::Seconds,
+        "Seconds since the token in use was issued."
+    );
+    describe_gauge!(
+        SOURCE_CHANGED,
+        ::metrics::Unit::Seconds,
+        "Seconds since a read of the source last found a new token."
+    );
+    describe_gauge!(
+        WATCH_STATE,
+        "1 for the store's watch state, 0 for the others."
+    );
+    describe_gauge!(GENERATION, "The generation of the token in use.");
+    describe_gauge!(
+        STALLED,
+        "1 while the token in use is past its rotation point and its source holds nothing newer."
+    );
+}
+
+pub(crate) fn reload(source: &Arc<str>, trigger: &'static str, result: &'static str) {
+    counter!(RELOADS, "source" => source.clone(), "trigger" => trigger, "result" => result)
+        .increment(1);
+}
+
+pub(crate) fn unauthorized(source: &Arc<str>) {
+    counter!(UNAUTHORIZED, "source" => source.clone()).increment(1);
+}
+
+pub(crate) fn retry(source: &Arc<str>, result: &'static str) {
+    counter!(RETRIES, "source" => source.clone(), "result" => result).increment(1);
+}
+
+pub(crate) fn kept_authorization(source: &Arc<str>) {
+    counter!(KEPT_AUTHORIZATION, "source" => source.clone()).increment(1);
+}
+
+pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
+    for s in ["active", "degraded", "off"] {
+        let value = if s == state { 1.0 } else { 0.0 };
+        gauge!(WATCH_STATE, "source" => source.clone(), "state" => s).set(value);
+    }
+}
+
+/// The gauges that follow the token in use.
+pub(crate) struct TokenGauges {
+    pub(crate) generation: u64,
+    pub(crate) expires_in: Option<f64>,
+    pub(crate) age: f64,
+    pub(crate) source_changed: f64,
+    pub(crate) stalled: bool,
+}
+
+pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
+    let label = || source.clone();
+    // Precision loss past 2^53 generations is of no concern.
+    #[allow(clippy::cast_precision_loss)]
+    gauge!(GENERATION, "source" => label()).set(g.generation as f64);
+    if let Some(expires_in) = g.expires_in {
+        gauge!(EXPIRES_IN, "source" => label()).set(expires_in);
+    }
+    gauge!(TOKEN_AGE, "source" => label()).set(g.age);
+    gauge!(SOURCE_CHANGED, "source" => label()).set(g.source_changed);
+    gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,297 @@
+//! Each metric moves as the scenario says, read through a recorder of the test's own.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use ::metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use http::{Request, Response, StatusCode, header::AUTHORIZATION};
+use metrics_util::registry::{AtomicStorage, Registry};
+use tower::{Layer, ServiceExt, service_fn};
+
+use crate::clock::Clock;
+use crate::source::{FetchContext, Fetched, TokenSource};
+use crate::{BearerLayer, RetryUnauthorized, StoreBuilder, TokenLoader, TokenStore};
+
+/// A recorder that keeps cumulative counters and last gauge values, readable at any time.
+struct Recorded(Arc<Registry<Key, AtomicStorage>>);
+
+impl Recorder for Recorded {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0
+            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0
+            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0
+            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
+    }
+}
+
+impl Recorded {
+    fn new() -> Self {
+        Self(Arc::new(Registry::atomic()))
+    }
+
+    /// `name{labels}` → value, labels sorted, every series recorded so far.
+    fn series(&self) -> HashMap<String, f64> {
+        let id = |key: &Key| {
+            let mut labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            format!("{}{{{}}}", key.name(), labels.join(","))
+        };
+        let mut out = HashMap::new();
+        for (key, c) in self.0.get_counter_handles() {
+            #[allow(clippy::cast_precision_loss)]
+            out.insert(id(&key), c.load(Ordering::SeqCst) as f64);
+        }
+        for (key, g) in self.0.get_gauge_handles() {
+            out.insert(id(&key), f64::from_bits(g.load(Ordering::SeqCst)));
+        }
+        out
+    }
+
+    #[track_caller]
+    fn value(&self, series: &str) -> f64 {
+        let all = self.series();
+        *all.get(series)
+            .unwrap_or_else(|| panic!("no series {series} in {all:#?}"))
+    }
+}
+
+/// A source whose token the test sets, or fails while `failing` holds a message.
+#[derive(Clone, Default)]
+struct Scripted {
+    token: Arc<Mutex<String>>,
+    failing: Arc<Mutex<bool>>,
+}
+
+impl Scripted {
+    fn new(token: &str) -> Self {
+        let this = Self::default();
+        this.set(token);
+        this
+    }
+    fn set(&self, token: &str) {
+        *self.token.lock().unwrap() = token.to_owned();
+    }
+    fn loader(&self) -> TokenLoader {
+        let this = self.clone();
+        TokenLoader::new("scripted", move || {
+            let this = this.clone();
+            async move {
+                if *this.failing.lock().unwrap() {
+                    return Err(std::io::Error::other("the store is down"));
+                }
+                Ok(this.token.lock().unwrap().clone().into_bytes())
+            }
+        })
+        .refresh_interval(None)
+        .name("tenant-7")
+    }
+}
+
+#[tokio::test]
+async fn reloads_are_counted_by_trigger_and_result() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let source = Scripted::new("one");
+    let store = source.loader().load().await.unwrap();
+    let reloads = |trigger: &str, result: &str| {
+        recorder.value(&format!(
+            "bearer_reload_reloads_total{{result={result},source=tenant-7,trigger={trigger}}}"
+        ))
+    };
+    assert_eq!(reloads("load", "unchanged"), 1.0);
+    source.set("two");
+    store.reload().await.unwrap();
+    assert_eq!(reloads("call", "rotated"), 1.0);
+    store.reload().await.unwrap();
+    assert_eq!(reloads("call", "unchanged"), 1.0);
+    *source.failing.lock().unwrap() = true;
+    store.reload().await.unwrap_err();
+    assert_eq!(reloads("call", "failed"), 1.0);
+    assert_eq!(
+        recorder.value("bearer_reload_generation{source=tenant-7}"),
+        2.0
+    );
+    // No token anywhere in the series.
+    let all = format!("{:?}", recorder.series());
+    assert!(!all.contains("one") && !all.contains("two"), "{all}");
+}
+
+#[tokio::test]
+async fn a_401_its_retry_and_a_kept_authorization_are_counted() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let source = Scripted::new("old");
+    let store = source.loader().load().await.unwrap();
+    source.set("new");
+    let server = service_fn(|req: Request<String>| async move {
+        let ok = req.headers()[AUTHORIZATION] == "Bearer new";
+        let mut res = Response::new(String::new());
+        if !ok {
+            *res.status_mut() = StatusCode::UNAUTHORIZED;
+        }
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(server);
+    let res = client.clone().oneshot(Request::new(String::new())).await;
+    assert_eq!(res.unwrap().status(), StatusCode::OK);
+    let own = Request::builder()
+        .header(AUTHORIZATION, "Basic dXNlcg==")
+        .body(String::new())
+        .unwrap();
+    let res = client.oneshot(own).await;
+    assert_eq!(res.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let v = |s: &str| recorder.value(s);
+    assert_eq!(v("bearer_reload_unauthorized_total{source=tenant-7}"), 1.0);
+    assert_eq!(
+        v("bearer_reload_reloads_total{result=rotated,source=tenant-7,trigger=unauthorized}"),
+        1.0
+    );
+    assert_eq!(
+        v("bearer_reload_retries_total{result=succeeded,source=tenant-7}"),
+        1.0
+    );
+    assert_eq!(
+        v("bearer_reload_requests_kept_authorization_total{source=tenant-7}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn the_watch_state_gauge_follows_the_directory() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("token"), "one").unwrap();
+    let store = crate::TokenFile::new(dir.join("token"))
+        .refresh_interval(None)
+        .name("watched")
+        .load()
+        .await
+        .unwrap();
+    let state = |s: &str| {
+        recorder.value(&format!(
+            "bearer_reload_watch_state{{source=watched,state={s}}}"
+        ))
+    };
+    assert_eq!(
+        (state("active"), state("degraded"), state("off")),
+        (1.0, 0.0, 0.0)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    crate::test_support::eventually("degraded", || state("degraded") == 1.0).await;
+    assert_eq!(state("active"), 0.0);
+    drop(store);
+}
+
+/// A source minting opaque tokens that expire `ttl` after they are fetched, on the
+/// store's simulated clock.
+#[derive(Clone)]
+struct Expiring {
+    clock: Clock,
+    ttl: Duration,
+    n: Arc<Mutex<u32>>,
+}
+
+impl TokenSource for Expiring {
+    type Error = std::io::Error;
+    async fn fetch(&self, _: FetchContext) -> Result<Fetched, std::io::Error> {
+        let mut n = self.n.lock().unwrap();
+        *n += 1;
+        Ok(Fetched::new(format!("minted-{n}")).expires_at(self.clock.now() + self.ttl))
+    }
+    fn describe(&self) -> String {
+        "expiring".into()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_expiry_gauge_counts_down_on_the_simulated_clock() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let source = Expiring {
+        clock,
+        ttl: Duration::from_secs(3600),
+        n: Arc::default(),
+    };
+    let store = StoreBuilder::from_source(source)
+        .clock(clock)
+        .load()
+        .await
+        .unwrap();
+    let expires_in = || recorder.value("bearer_reload_token_expires_in_seconds{source=expiring}");
+    assert_eq!(expires_in(), 3600.0);
+    tokio::time::advance(Duration::from_secs(600)).await;
+    store.publish_gauges();
+    assert_eq!(expires_in(), 3000.0);
+    assert_eq!(
+        recorder.value("bearer_reload_token_age_seconds{source=expiring}"),
+        600.0
+    );
+    assert_eq!(
+        recorder.value("bearer_reload_source_changed_seconds{source=expiring}"),
+        600.0
+    );
+}
+
+fn jwt(iat: u64, exp: u64) -> String {
+    let claims = crate::token::claims::tests::service_account_claims(iat, exp, None);
+    crate::token::claims::tests::sign(jsonwebtoken::Algorithm::ES256, &claims)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rotator_that_stops_raises_the_stall_once_and_a_rotation_clears_it() {
+    let (logs, _log_guard) = crate::test_support::capture_logs();
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    const T0: u64 = 1_800_000_000;
+    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(T0));
+    let source = Scripted::new(&jwt(T0, T0 + 3600));
+    let store: TokenStore = source
+        .loader()
+        .refresh_interval(Some(Duration::from_secs(60)))
+        .clock(clock)
+        .load()
+        .await
+        .unwrap();
+    let stalled = || recorder.value("bearer_reload_rotation_stalled{source=tenant-7}");
+    assert_eq!(stalled(), 0.0);
+    // 80% of the hour (2880 s) plus a minute: overdue, and the file never changed.
+    tokio::time::sleep(Duration::from_secs(2900)).await;
+    assert_eq!(stalled(), 0.0);
+    assert!(store.status().stalled_since.is_none());
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_eq!(stalled(), 1.0);
+    let since = store.status().stalled_since.expect("stalled");
+    assert_eq!(
+        since,
+        SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 2880 + 60)
+    );
+    // The timer keeps reading; the warning is said once.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(logs.count("overdue for rotation"), 1);
+    // The writer comes back: the signal clears.
+    source.set(&jwt(T0 + 3300, T0 + 6900));
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(store.generation(), 2);
+    assert_eq!(stalled(), 0.0);
+    assert!(store.status().stalled_since.is_none());
+}

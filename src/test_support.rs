@@ -1,0 +1,59 @@
+//! Helpers shared by the in-crate tests (the integration tests have `tests/support`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::sync::lock;
+
+/// How long a test waits for an event before it fails.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Formatted log lines of this thread, at every level, while the guard lives.
+#[derive(Clone, Default)]
+pub(crate) struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        lock(&self.0).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// How many times `needle` appears in the logs.
+    pub(crate) fn count(&self, needle: &str) -> usize {
+        self.text().matches(needle).count()
+    }
+
+    /// Everything logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&lock(&self.0)).into_owned()
+    }
+}
+
+/// Captures this thread's logs (a current-thread runtime's tasks included) at every level.
+pub(crate) fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+/// Waits until `cond` holds, checking every few milliseconds, failing after [`DEADLINE`].
+pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
