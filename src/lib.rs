@@ -35,8 +35,11 @@
 //! - [`layer`]: the tower middleware ([`BearerLayer`]), with [`RetryUnauthorized`];
 //!   [`classify`] says what counts as unauthorized, [`body`] makes request bodies
 //!   replayable.
-//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `testing` (feature
-//!   `testing`): kubelet-faithful token writers for your own tests.
+//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `reqwest` (feature
+//!   `reqwest`): the same for reqwest-middleware clients. `testing` (feature `testing`):
+//!   kubelet-faithful token writers for your own tests.
+//! - tonic: the layer over a `tonic::transport::Channel`, with
+//!   [`RetryUnauthorized::grpc()`] and [`ReplayLayer`](body::ReplayLayer) (see the README).
 //!
 //! # Where the layer goes
 //!
@@ -57,11 +60,16 @@ pub mod body;
 mod builder;
 pub mod classify;
 mod clock;
+#[cfg(feature = "reqwest")]
+mod drain;
 #[cfg(feature = "kube")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub mod kube;
 pub mod layer;
 mod refresh;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 pub mod source;
 pub mod store;
 mod sync;
