@@ -279,3 +279,67 @@ async fn an_own_authorization<K: ClientKind>() {
     assert_eq!((status.reads, status.generation), (1, 1), "no reload");
     assert_eq!(status.unauthorized.retries, 0);
 }
+
+// What the tonic kind rests on.
+
+/// A tonic server's interceptor refuses a call with a trailers-only response: HTTP 200,
+/// `grpc-status: 16` in the headers and an empty body that has ended, which the gRPC
+/// classifier sees before the response goes back to the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tonic_refusal_is_trailers_only() {
+    use bearer_reload::classify::{GrpcUnauthenticated, Unauthorized};
+    use http_body::Body as _;
+    use tower::ServiceExt;
+
+    let server = Tonic::start("right").await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(server.ca.ca_pem())),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let req = http::Request::post("/grpc.health.v1.Health/Check")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header(http::header::AUTHORIZATION, "Bearer wrong")
+        .body(tonic::body::Body::empty())
+        .unwrap();
+    let res = channel.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), http::StatusCode::OK);
+    assert_eq!(res.headers()["grpc-status"], "16");
+    assert!(res.body().is_end_stream(), "no message, no trailers");
+    assert!(GrpcUnauthenticated.is_unauthorized(&res));
+    assert_eq!(server.server.refused(), 1);
+}
+
+/// A server-streaming call (`Watch`) refused after a rotation is sent again with the new
+/// token, and its stream is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tonic_streaming_call_is_retried() {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(dir.path(), "old").await;
+    let server = Tonic::start("new").await;
+    let mut client = Tonic::connect(&store, &server).await.client;
+    std::fs::write(&path, "new\n").unwrap();
+
+    let mut stream = client
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("the retried call was accepted")
+        .into_inner();
+    let first = tokio::time::timeout(DEADLINE, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a first status");
+    assert_eq!(first.status(), ServingStatus::Serving);
+    assert_eq!(server.seen(), ["old", "new"]);
+    let status = store.status();
+    assert_eq!(status.unauthorized.retries_succeeded, 1);
+}
