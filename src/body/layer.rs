@@ -1,27 +1,4 @@
-//! [`ReplayLayer`]: the 401 retry for clients whose body type cannot be copied (tonic's
-//! `Channel`, a client of type-erased or streamed bodies).
-//!
-//! The retry of [`BearerLayer`](crate::BearerLayer) needs a copy of each request's body.
-//! A client whose body type cannot be copied, and that takes only its own body type, gets
-//! the copy from this layer: it wraps every request body in a [`ReplayBody`] on the way in,
-//! runs the wrapped layer (the `BearerLayer` with its retry) on those, and converts them
-//! back into the client's body type on the way to the client.
-//!
-//! ```text
-//! Request<B> ─▶ RecordBody ─▶ BearerService<_, RetryUnauthorized> ─▶ IntoBody ─▶ client
-//!               B → ReplayBody<B>      (copies, retries)    ReplayBody<B> → client's body
-//! ```
-//!
-//! For tonic (`RetryUnauthorized::grpc()` tells a trailers-only `UNAUTHENTICATED`):
-//!
-//! ```ignore
-//! let channel = tonic::transport::Channel::from_static("https://api:443").connect().await?;
-//! let layer = ReplayLayer::new(
-//!     BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::grpc()),
-//!     tonic::body::Body::new,
-//! );
-//! let client = HealthClient::new(layer.layer(channel));
-//! ```
+//! [`ReplayLayer`]: the 401 retry for clients whose body type cannot be copied.
 
 use std::task::{Context, Poll};
 
@@ -32,8 +9,30 @@ use tower_service::Service;
 
 use super::{DEFAULT_REPLAY_LIMIT, ReplayBody};
 
-/// Wraps a layer `L` so that request bodies of any type can be replayed by its retry. See
-/// the [module docs](self).
+/// Wraps a layer `L` so that request bodies of any type can be replayed by its retry: for
+/// clients whose body type cannot be copied and that take only their own body type
+/// (tonic's `Channel`, a client of type-erased or streamed bodies).
+///
+/// The retry of [`BearerLayer`](crate::BearerLayer) needs a copy of each request's body.
+/// This layer wraps every request body in a [`ReplayBody`] on the way in, runs the wrapped
+/// layer (the `BearerLayer` with its retry) on those, and converts them back into the
+/// client's body type on the way to the client:
+///
+/// ```text
+/// Request<B> ─▶ RecordBody ─▶ BearerService<_, RetryUnauthorized> ─▶ IntoBody ─▶ client
+///               B → ReplayBody<B>      (copies, retries)    ReplayBody<B> → client's body
+/// ```
+///
+/// For tonic (`RetryUnauthorized::grpc()` tells a trailers-only `UNAUTHENTICATED`):
+///
+/// ```ignore
+/// let channel = tonic::transport::Channel::from_static("https://api:443").connect().await?;
+/// let layer = ReplayLayer::new(
+///     BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::grpc()),
+///     tonic::body::Body::new,
+/// );
+/// let client = HealthClient::new(layer.layer(channel));
+/// ```
 ///
 /// Each request's body is wrapped in a [`ReplayBody`] (a shared buffer and a lock, one
 /// allocation each per request) that keeps up to `limit` bytes of it as it is sent. A
