@@ -305,10 +305,8 @@ where
                         .take()
                         .filter(|r| clone_body.start_replay(r.body()));
                     match (newer, replay) {
-                        (Some(token), Some(mut request)) => {
-                            request
-                                .headers_mut()
-                                .insert(AUTHORIZATION, token.header_value().clone());
+                        // The retry carries the token current when it leaves (see `Ready`).
+                        (Some(_newer), Some(request)) => {
                             *this.replay = Some(request);
                             let response = response.take().expect("polled after completion");
                             if response.version() >= http::Version::HTTP_2 {
@@ -344,8 +342,15 @@ where
                 StateProj::Ready => {
                     let svc = this.retry_svc.as_mut().expect("a replay has a service");
                     ready!(svc.poll_ready(cx))?;
-                    let request = this.replay.take().expect("a replay request");
+                    let mut request = this.replay.take().expect("a replay request");
                     if let Some((store, _)) = this.sent.as_ref() {
+                        // The newest token now, not the one the reload brought: the drain
+                        // and the wait for the service may outlast another rotation, and
+                        // a server that revokes at rotation would refuse the older one.
+                        let token = store.current();
+                        request
+                            .headers_mut()
+                            .insert(AUTHORIZATION, token.header_value().clone());
                         store.count_retry(RetryOutcome::Sent);
                     }
                     let fut = svc.call(request);
@@ -366,6 +371,18 @@ where
             }
         }
     }
+}
+
+/// Reads a refused response's `body` away as the retry does, for clients that are not tower
+/// services (the reqwest middleware), then yields once so that the connection's own task
+/// can put it back in the pool before the retry asks for one.
+#[cfg(feature = "reqwest")]
+pub(crate) async fn drain<B: Body>(body: B) {
+    let mut body = std::pin::pin!(body);
+    let mut deadline = std::pin::pin!(tokio::time::sleep(DRAIN_TIME));
+    let mut read = 0;
+    std::future::poll_fn(|cx| drained(body.as_mut(), &mut read, deadline.as_mut(), cx)).await;
+    tokio::task::yield_now().await;
 }
 
 /// Reads `body` to its end, unless it goes past [`DRAIN_LIMIT`], fails, or the deadline
