@@ -60,8 +60,6 @@ pub mod body;
 mod builder;
 pub mod classify;
 mod clock;
-#[cfg(feature = "reqwest")]
-mod drain;
 #[cfg(feature = "kube")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub mod kube;

@@ -14,8 +14,12 @@
 //! - with [`retry_unauthorized`](BearerMiddleware::retry_unauthorized), the refused request
 //!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy it
 //!   (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
-//!   back, after the reload has started). Before the second attempt, the 401's body is read
-//!   and dropped (up to 8 KiB, for at most 100 ms) so that its connection is reused.
+//!   back, after the reload has started). Before the second attempt over HTTP/1, the 401's
+//!   body is read and dropped (up to [`DRAIN_LIMIT`] bytes, for at most [`DRAIN_TIME`]) so
+//!   that its connection is reused, as the tower layer does.
+//!
+//! [`DRAIN_LIMIT`]: crate::layer::retry::DRAIN_LIMIT
+//! [`DRAIN_TIME`]: crate::layer::retry::DRAIN_TIME
 //!
 //! reqwest follows redirects inside the client, below the middleware, and removes
 //! `Authorization` from a redirect to another host, so the token never follows a redirect
@@ -48,7 +52,7 @@ use http::header::AUTHORIZATION;
 use http::{Extensions, HeaderMap};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::drain::drain;
+use crate::layer::retry::drain;
 use crate::store::{RetryOutcome, TokenStore};
 
 /// Whether a request's own `Authorization` header is kept.
@@ -147,11 +151,16 @@ impl Middleware for BearerMiddleware {
             self.store.reload_after_unauthorized(sent);
             return Ok(response);
         };
-        let Some(token) = self.store.refresh_after_unauthorized(sent).await else {
+        if self.store.refresh_after_unauthorized(sent).await.is_none() {
             // The same token would be refused again.
             return Ok(response);
-        };
-        drain(http::Response::from(response).into_body()).await;
+        }
+        // Over HTTP/2 the stream is reset and the connection stays: no need to wait.
+        if response.version() < http::Version::HTTP_2 {
+            drain(http::Response::from(response).into_body()).await;
+        }
+        // The newest token now: the drain may have outlasted another rotation.
+        let token = self.store.current();
         replay
             .headers_mut()
             .insert(AUTHORIZATION, token.header_value().clone());
