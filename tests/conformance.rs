@@ -21,6 +21,7 @@ mod clients;
 mod grpc;
 mod support;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::{TokenFile, TokenStore};
 use clients::{Call, ClientKind, Gate, HyperUtil, Outcome, Reqwest, Tonic};
 use support::quiet_store;
+use tokio::sync::watch;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 /// Scenario 1's bound, from the issue.
@@ -144,23 +146,53 @@ async fn rotation_is_used_at_once<K: ClientKind>() {
     assert_eq!(store.status().unauthorized.seen, 0, "nothing was refused");
 }
 
+/// Requests in flight, by the generation the store had installed when each started.
+#[derive(Default)]
+struct InFlight {
+    /// The generation requests start in now.
+    epoch: u64,
+    counts: BTreeMap<u64, u64>,
+}
+
 /// 2. Workers send requests without pause; every `REQUESTS_PER_ROTATION` requests the
 ///    token is rotated kubelet-style and the server revokes the old one at that instant.
-///    With the retry, no request fails.
+///    With the retry, no request fails: those in flight at the rotation, and those that
+///    leave before the watcher has installed the new token, are refused once and retried
+///    with it.
+///
+///    The retry is one retry: a request whose retry left before a second rotation that the
+///    store could not know of yet is refused again, rightly. Rotations an hour apart never
+///    do that; so that a loaded machine does not either, rotation `g` waits until the
+///    requests that started before generation `g - 1` was installed have ended.
 async fn revocation_under_load<K: ClientKind>() {
     let (_dir, projected, store) = projected("rev-1").await;
     let server = Arc::new(K::start("rev-1").await);
     let client = K::connect(&store, &server).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let in_flight = Arc::new(watch::Sender::new(InFlight {
+        epoch: 1,
+        ..InFlight::default()
+    }));
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
-            let (client, stop, sent, failed) =
-                (client.clone(), stop.clone(), sent.clone(), failed.clone());
+            let (client, stop, sent, failed, in_flight) = (
+                client.clone(),
+                stop.clone(),
+                sent.clone(),
+                failed.clone(),
+                in_flight.clone(),
+            );
             tokio::spawn(async move {
                 let mut first_failure = None;
                 while !stop.load(Ordering::Relaxed) {
+                    let mut epoch = 0;
+                    in_flight.send_modify(|f| {
+                        epoch = f.epoch;
+                        *f.counts.entry(epoch).or_default() += 1;
+                    });
                     let outcome = client.call(Call::Plain).await;
+                    in_flight.send_modify(|f| *f.counts.get_mut(&epoch).unwrap() -= 1);
                     sent.fetch_add(1, Ordering::Relaxed);
                     if outcome != Outcome::Ok {
                         failed.fetch_add(1, Ordering::Relaxed);
@@ -171,15 +203,29 @@ async fn revocation_under_load<K: ClientKind>() {
             })
         })
         .collect();
-    for i in 2..=ROTATIONS + 1 {
+    let mut generations = store.subscribe();
+    for g in 2..=ROTATIONS + 1 {
         server
             .wait_requests(server.requests() + REQUESTS_PER_ROTATION, DEADLINE)
             .await;
-        let next = format!("rev-{i}");
+        let mut ended = in_flight.subscribe();
+        tokio::time::timeout(
+            DEADLINE,
+            ended.wait_for(|f| f.counts.range(..g - 1).all(|(_, &n)| n == 0)),
+        )
+        .await
+        .expect("requests end")
+        .unwrap();
+        let next = format!("rev-{g}");
         // Issued before it is written, the old one revoked once it is.
         server.accept_also(&next);
         projected.rotate(&next).unwrap();
         server.accept_only(&next);
+        tokio::time::timeout(DEADLINE, generations.wait_for(|&n| n == g))
+            .await
+            .expect("the watcher installed the rotation")
+            .unwrap();
+        in_flight.send_modify(|f| f.epoch = g);
     }
     server
         .wait_requests(server.requests() + REQUESTS_PER_ROTATION, DEADLINE)

@@ -94,8 +94,7 @@ impl AuthServer {
                 async move { handle(&state, req).await }
             }
         };
-        let task =
-            super::serve::spawn_counting(listener, tls, handler, state.connections.clone());
+        let task = super::serve::spawn_counting(listener, tls, handler, state.connections.clone());
         Self {
             addr,
             scheme,
