@@ -52,7 +52,7 @@ use http::header::AUTHORIZATION;
 use http::{Extensions, HeaderMap};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::layer::retry::drain;
+use crate::layer::retry::{DRAIN_TIME, drained};
 use crate::store::{RetryOutcome, TokenStore};
 
 /// Whether a request's own `Authorization` header is kept.
@@ -174,4 +174,14 @@ impl Middleware for BearerMiddleware {
             });
         Ok(response)
     }
+}
+
+/// Reads a refused response's `body` away as the tower retry does, then yields once so that
+/// the connection's own task can put it back in the pool before the retry asks for one.
+async fn drain<B: http_body::Body>(body: B) {
+    let mut body = std::pin::pin!(body);
+    let mut deadline = std::pin::pin!(tokio::time::sleep(DRAIN_TIME));
+    let mut read = 0;
+    std::future::poll_fn(|cx| drained(body.as_mut(), &mut read, deadline.as_mut(), cx)).await;
+    tokio::task::yield_now().await;
 }

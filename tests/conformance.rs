@@ -139,6 +139,11 @@ async fn rotation_is_used_at_once<K: ClientKind>() {
         let lag = last_old.map_or(Duration::ZERO, |t| t.saturating_duration_since(visible));
         worst = worst.max(lag);
     }
+    println!(
+        "rotation client={} rotations=5 last_old_request_after_ms={:.3}",
+        K::NAME,
+        worst.as_secs_f64() * 1000.0
+    );
     assert!(
         worst < NEXT_REQUEST_WITHIN,
         "a request left with the old token {worst:?} after the rotation"
@@ -270,6 +275,11 @@ async fn a_refused_token_gets_its_refusal<K: ClientKind>() {
     assert_eq!(status.unauthorized.retries, 0);
     assert_eq!(status.unauthorized.seen, requests);
     let rereads = status.reads - 1;
+    println!(
+        "refused client={} requests={requests} rereads={rereads} seconds={:.1}",
+        K::NAME,
+        elapsed.as_secs_f64()
+    );
     assert!(rereads >= 1, "the first refusal re-read the file");
     assert!(
         rereads <= elapsed.as_secs() + 1,

@@ -373,21 +373,9 @@ where
     }
 }
 
-/// Reads a refused response's `body` away as the retry does, for clients that are not tower
-/// services (the reqwest middleware), then yields once so that the connection's own task
-/// can put it back in the pool before the retry asks for one.
-#[cfg(feature = "reqwest")]
-pub(crate) async fn drain<B: Body>(body: B) {
-    let mut body = std::pin::pin!(body);
-    let mut deadline = std::pin::pin!(tokio::time::sleep(DRAIN_TIME));
-    let mut read = 0;
-    std::future::poll_fn(|cx| drained(body.as_mut(), &mut read, deadline.as_mut(), cx)).await;
-    tokio::task::yield_now().await;
-}
-
 /// Reads `body` to its end, unless it goes past [`DRAIN_LIMIT`], fails, or the deadline
 /// passes first: ready when the draining is over, whichever way.
-fn drained<B: Body>(
+pub(crate) fn drained<B: Body>(
     mut body: Pin<&mut B>,
     read: &mut usize,
     deadline: Pin<&mut Sleep>,
