@@ -1,5 +1,6 @@
 //! [`ReplayLayer`]: the 401 retry for clients whose body type cannot be copied.
 
+use std::fmt;
 use std::task::{Context, Poll};
 
 use http::Request;
@@ -38,18 +39,28 @@ use super::{DEFAULT_REPLAY_LIMIT, ReplayBody};
 /// allocation each per request) that keeps up to `limit` bytes of it as it is sent. A
 /// request whose body outgrows the limit is not sent again: it gets its 401 back, and the
 /// token is reloaded for the requests that follow.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ReplayLayer<L, F> {
     layer: L,
     into_body: F,
     limit: usize,
 }
 
+// By hand: the conversion is usually a closure or a function item, neither of them `Debug`.
+impl<L: fmt::Debug, F> fmt::Debug for ReplayLayer<L, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplayLayer")
+            .field("layer", &self.layer)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<L, F> ReplayLayer<L, F> {
     /// Wraps `layer`; `into_body` turns a [`ReplayBody`] into the body type of the service
-    /// below (`tonic::body::Body::new` for a tonic `Channel`; `|b| b` for a client that
-    /// takes `ReplayBody<B>` itself). Keeps up to [`DEFAULT_REPLAY_LIMIT`] bytes of each
-    /// body.
+    /// below (`tonic::body::Body::new` for a tonic `Channel`; `std::convert::identity` for
+    /// a client that takes `ReplayBody<B>` itself). Keeps up to [`DEFAULT_REPLAY_LIMIT`]
+    /// bytes of each body.
     pub fn new(layer: L, into_body: F) -> Self {
         Self {
             layer,
@@ -119,10 +130,18 @@ where
 
 /// Turns request bodies into the body type of the service below; the inner service of a
 /// [`ReplayLayer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct IntoBody<S, F> {
     inner: S,
     into_body: F,
+}
+
+impl<S: fmt::Debug, F> fmt::Debug for IntoBody<S, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IntoBody")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S, F> IntoBody<S, F> {
