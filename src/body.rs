@@ -5,7 +5,9 @@
 //! wrapped in a [`ReplayBody`], which keeps a copy of what it streams, up to a limit, as the
 //! first attempt sends it (modelled on linkerd2-proxy's `ReplayBody`). A body from another
 //! crate that clones in its own way needs no trait impl: give the retry policy a function
-//! ([`RetryUnauthorized::clone_body_fn`](crate::RetryUnauthorized::clone_body_fn)).
+//! ([`RetryUnauthorized::clone_body_fn`](crate::RetryUnauthorized::clone_body_fn)). A
+//! client that takes only its own body type, which cannot be copied (tonic's `Channel`),
+//! gets its requests' bodies wrapped and unwrapped around the retry by a [`ReplayLayer`].
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,10 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
 use crate::sync::lock;
+
+mod layer;
+
+pub use layer::{IntoBody, RecordBody, ReplayLayer};
 
 /// A request body that can be copied for a second attempt.
 ///
@@ -66,13 +72,21 @@ impl TryCloneBody for kube::client::Body {
 /// The default limit of a [`ReplayBody`]: 64 KiB.
 pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 
+/// The error type most bodies' errors convert into.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why a [`ReplayBody`] ended with an error.
+///
+/// Not generic over the wrapped body's error, which is boxed, so that it is an
+/// `std::error::Error` for every body (a body whose error is itself a
+/// `Box<dyn Error + Send + Sync>` included) and the wrapped error stays in its source
+/// chain (tonic finds a `Status` there).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ReplayError<E> {
+pub enum ReplayError {
     /// The wrapped body failed.
-    #[error(transparent)]
-    Body(E),
+    #[error("the request body failed: {0}")]
+    Body(#[source] BoxError),
     /// This copy cannot be sent whole: the body outgrew the replay limit before the copy
     /// was asked for, or another copy took the body over while this one was being sent.
     /// The body ends with this error rather than short, so that a truncated request is
@@ -209,9 +223,10 @@ impl<B> TryCloneBody for ReplayBody<B> {
 impl<B> Body for ReplayBody<B>
 where
     B: Body,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
-    type Error = ReplayError<B::Error>;
+    type Error = ReplayError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -247,7 +262,7 @@ where
             }
             Some(Err(e)) => {
                 state.failed = true;
-                return Poll::Ready(Some(Err(ReplayError::Body(e))));
+                return Poll::Ready(Some(Err(ReplayError::Body(e.into()))));
             }
             Some(Ok(frame)) => frame,
         };

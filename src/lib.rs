@@ -35,9 +35,12 @@
 //! - [`layer`]: the tower middleware ([`BearerLayer`]), with [`RetryUnauthorized`];
 //!   [`classify`] says what counts as unauthorized, [`body`] makes request bodies
 //!   replayable.
-//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `metrics` (feature
-//!   `metrics`): what every store reports through the `metrics` facade, and alert rules.
-//!   `testing` (feature `testing`): kubelet-faithful token writers for your own tests.
+//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `reqwest` (feature
+//!   `reqwest`): the same for reqwest-middleware clients. `metrics` (feature `metrics`):
+//!   what every store reports through the `metrics` facade, and alert rules. `testing`
+//!   (feature `testing`): kubelet-faithful token writers for your own tests.
+//! - tonic: the layer over a `tonic::transport::Channel`, with
+//!   [`RetryUnauthorized::grpc()`] and [`ReplayLayer`](body::ReplayLayer) (see the README).
 //!
 //! # Where the layer goes
 //!
@@ -66,6 +69,9 @@ pub mod layer;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod refresh;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 pub mod source;
 pub mod store;
 mod sync;

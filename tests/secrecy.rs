@@ -166,6 +166,22 @@ fn all_shown(out: &mut String, store: &TokenStore) {
         Ok::<_, std::convert::Infallible>(http::Response::new(()))
     }));
     let _ = writeln!(out, "{layer:?} {retrying:?} {svc:?} {svc:#?}");
+    let replaying = bearer_reload::body::ReplayLayer::new(
+        retrying,
+        std::convert::identity::<bearer_reload::body::ReplayBody<String>>,
+    );
+    let recorded = replaying.layer(tower::service_fn(
+        |_: Request<bearer_reload::body::ReplayBody<String>>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        },
+    ));
+    let middleware = bearer_reload::reqwest::BearerMiddleware::new(store.clone())
+        .retry_unauthorized()
+        .overwrite_existing();
+    let _ = writeln!(
+        out,
+        "{replaying:?} {recorded:?} {middleware:?} {middleware:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@ fn chunks(parts: &[&'static str]) -> impl Body<Data = Bytes, Error = std::io::Er
     StreamBody::new(futures_util::stream::iter(frames))
 }
 
-fn is_incomplete<E>(r: Option<Result<Frame<Bytes>, ReplayError<E>>>) -> bool {
+fn is_incomplete(r: Option<Result<Frame<Bytes>, ReplayError>>) -> bool {
     matches!(r, Some(Err(ReplayError::Incomplete { .. })))
 }
 

@@ -305,10 +305,8 @@ where
                         .take()
                         .filter(|r| clone_body.start_replay(r.body()));
                     match (newer, replay) {
-                        (Some(token), Some(mut request)) => {
-                            request
-                                .headers_mut()
-                                .insert(AUTHORIZATION, token.header_value().clone());
+                        // The retry carries the token current when it leaves (see `Ready`).
+                        (Some(_newer), Some(request)) => {
                             *this.replay = Some(request);
                             let response = response.take().expect("polled after completion");
                             if response.version() >= http::Version::HTTP_2 {
@@ -344,8 +342,15 @@ where
                 StateProj::Ready => {
                     let svc = this.retry_svc.as_mut().expect("a replay has a service");
                     ready!(svc.poll_ready(cx))?;
-                    let request = this.replay.take().expect("a replay request");
+                    let mut request = this.replay.take().expect("a replay request");
                     if let Some((store, _)) = this.sent.as_ref() {
+                        // The newest token now, not the one the reload brought: the drain
+                        // and the wait for the service may outlast another rotation, and
+                        // a server that revokes at rotation would refuse the older one.
+                        let token = store.current();
+                        request
+                            .headers_mut()
+                            .insert(AUTHORIZATION, token.header_value().clone());
                         store.count_retry(RetryOutcome::Sent);
                     }
                     let fut = svc.call(request);
@@ -370,7 +375,7 @@ where
 
 /// Reads `body` to its end, unless it goes past [`DRAIN_LIMIT`], fails, or the deadline
 /// passes first: ready when the draining is over, whichever way.
-fn drained<B: Body>(
+pub(crate) fn drained<B: Body>(
     mut body: Pin<&mut B>,
     read: &mut usize,
     deadline: Pin<&mut Sleep>,

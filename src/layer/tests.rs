@@ -187,3 +187,56 @@ async fn the_grpc_classifier_reloads_on_unauthenticated() {
     send(&mut svc, Request::new(())).await;
     wait_generation(&store, 2).await;
 }
+
+/// The retry carries the token current when it leaves, not the one the reload brought:
+/// a rotation while the 401's body is drained is not missed by a server that revokes.
+#[tokio::test]
+async fn a_retry_carries_the_token_current_when_it_leaves() {
+    use bytes::Bytes;
+    use http_body::Frame;
+    use http_body_util::{BodyExt, StreamBody, combinators::UnsyncBoxBody};
+
+    let (source, store) = Source::store("first").await;
+    source.set("second");
+    let release = Arc::new(tokio::sync::Notify::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let svc = service_fn({
+        let (release, seen) = (release.clone(), seen.clone());
+        move |req: Request<()>| {
+            let (release, seen) = (release.clone(), seen.clone());
+            async move {
+                let auth = req.headers()[AUTHORIZATION].to_str().unwrap().to_owned();
+                let ok = auth == "Bearer third";
+                seen.lock().unwrap().push(auth);
+                // The 401's body comes when the test says so; the retry waits for it.
+                let body = StreamBody::new(futures_util::stream::once(async move {
+                    if !ok {
+                        release.notified().await;
+                    }
+                    Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"body")))
+                }));
+                let mut res = Response::new(UnsyncBoxBody::new(body));
+                if !ok {
+                    *res.status_mut() = StatusCode::UNAUTHORIZED;
+                }
+                Ok::<_, Infallible>(res)
+            }
+        }
+    });
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(svc);
+    let call = tokio::spawn(client.oneshot(Request::new(())));
+    // The 401 brought "second" in; the retry now waits for the 401's body. Meanwhile the
+    // token rotates again.
+    wait_generation(&store, 2).await;
+    source.set("third");
+    store.reload().await.unwrap();
+    release.notify_one();
+
+    let res = call.await.unwrap().unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "body");
+    assert_eq!(*seen.lock().unwrap(), ["Bearer first", "Bearer third"]);
+    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+}

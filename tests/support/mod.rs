@@ -5,6 +5,9 @@ pub mod kube_api;
 pub mod prometheus;
 pub mod serve;
 pub mod server;
+pub mod tls;
+// `grpc.rs` and `clients.rs` are included only by the binaries that use them (with
+// `#[path]`), so that the others do not compile tonic and reqwest.
 
 use std::path::{Path, PathBuf};
 

@@ -20,6 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 /// How the server says "unauthorized".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +48,7 @@ struct State {
 /// The server. Stops accepting when dropped.
 pub struct AuthServer {
     pub addr: SocketAddr,
+    scheme: &'static str,
     state: Arc<State>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -63,6 +65,16 @@ impl AuthServer {
     }
 
     pub async fn start_with(accept: &str, refusal: Refusal) -> Self {
+        Self::start_on(accept, refusal, None).await
+    }
+
+    /// Over TLS, with the certificate `tls` holds; HTTP/1 or HTTP/2 as ALPN says.
+    pub async fn start_tls(accept: &str, tls: TlsAcceptor) -> Self {
+        Self::start_on(accept, Refusal::Http, Some(tls)).await
+    }
+
+    async fn start_on(accept: &str, refusal: Refusal, tls: Option<TlsAcceptor>) -> Self {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State {
@@ -75,23 +87,24 @@ impl AuthServer {
             connections: Arc::default(),
             refusal_body: Mutex::new(Bytes::from_static(b"Unauthorized")),
         });
-        let task = super::serve::spawn_counting(
-            listener,
-            None,
-            {
+        let handler = {
+            let state = state.clone();
+            move |req| {
                 let state = state.clone();
-                move |req| {
-                    let state = state.clone();
-                    async move { handle(&state, req).await }
-                }
-            },
-            state.connections.clone(),
-        );
-        Self { addr, state, task }
+                async move { handle(&state, req).await }
+            }
+        };
+        let task = super::serve::spawn_counting(listener, tls, handler, state.connections.clone());
+        Self {
+            addr,
+            scheme,
+            state,
+            task,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        format!("{}://{}{}", self.scheme, self.addr, path)
     }
 
     /// Accept `token` from now on, and no other.
