@@ -26,13 +26,22 @@ use super::{DEFAULT_REPLAY_LIMIT, ReplayBody};
 ///
 /// For tonic (`RetryUnauthorized::grpc()` tells a trailers-only `UNAUTHENTICATED`):
 ///
-/// ```ignore
+/// ```no_run
+/// # async fn run(store: bearer_reload::TokenStore) -> Result<(), Box<dyn std::error::Error>> {
+/// use bearer_reload::body::ReplayLayer;
+/// use bearer_reload::{BearerLayer, RetryUnauthorized};
+/// use tonic_health::pb::HealthCheckRequest;
+/// use tonic_health::pb::health_client::HealthClient;
+/// use tower::Layer;
+///
 /// let channel = tonic::transport::Channel::from_static("https://api:443").connect().await?;
 /// let layer = ReplayLayer::new(
 ///     BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::grpc()),
 ///     tonic::body::Body::new,
 /// );
-/// let client = HealthClient::new(layer.layer(channel));
+/// let mut client = HealthClient::new(layer.layer(channel));
+/// client.check(HealthCheckRequest { service: String::new() }).await?;
+/// # Ok(()) }
 /// ```
 ///
 /// Each request's body is wrapped in a [`ReplayBody`] (a shared buffer and a lock, one
