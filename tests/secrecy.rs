@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -22,49 +20,9 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use support::server::{AuthServer, http1_client, http2_client};
+use support::{Logs, eventually, random_bytes, random_hex, wait_for_token};
 use tower::{Layer, ServiceExt};
-use tracing_subscriber::fmt::MakeWriter;
 
-const DEADLINE: Duration = Duration::from_secs(10);
-
-/// Everything logged, from every thread.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-fn random_hex(n: usize) -> String {
-    use std::io::Read;
-    let mut buf = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut buf)
-        .unwrap();
-    buf.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn random_bytes(n: usize) -> Vec<u8> {
-    let hex = random_hex(n);
-    hex.as_bytes()
-        .chunks(2)
-        .map(|c| u8::from_str_radix(std::str::from_utf8(c).unwrap(), 16).unwrap())
-        .collect()
-}
 
 /// A service-account-shaped JWT with a random 256-byte signature; returns it and its
 /// signature part.
@@ -131,18 +89,6 @@ impl Secrets {
     }
 }
 
-async fn wait_for(store: &TokenStore, token: &str) {
-    let want = format!("Bearer {token}");
-    let mut rx = store.subscribe();
-    tokio::time::timeout(DEADLINE, async {
-        while store.current().header_value() != want.as_str() {
-            rx.changed().await.unwrap();
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("never installed; {:?}", store.status()));
-}
-
 fn all_shown(out: &mut String, store: &TokenStore) {
     use std::fmt::Write as _;
     let t = store.current();
@@ -186,15 +132,7 @@ fn all_shown(out: &mut String, store: &TokenStore) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_is_ever_logged_or_shown() {
-    let capture = Capture::default();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(capture.clone())
-            .with_ansi(false)
-            .finish(),
-    )
-    .unwrap();
+    let capture = Logs::capture_globally();
 
     let mut secrets = Secrets::default();
     let mut shown = String::new();
@@ -264,7 +202,7 @@ async fn no_secret_is_ever_logged_or_shown() {
         jwt_client.clone().oneshot(get()).await.unwrap().status(),
         StatusCode::OK
     );
-    wait_for(&jwt_store, &jwt2).await;
+    wait_for_token(&jwt_store, &jwt2).await;
     all_shown(&mut shown, &jwt_store);
 
     // Failing reads: an empty file, a control byte between secret halves, an oversize
@@ -288,7 +226,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     // A bootstrap token written over it, revoked-then-rotated for a 401 retry.
     server.accept_also(&boot);
     rename_over(&plain, format!("{boot}\n")).unwrap();
-    wait_for(&plain_store, &boot).await;
+    wait_for_token(&plain_store, &boot).await;
     all_shown(&mut shown, &plain_store);
     server.accept_also(&op2);
     server.revoke(&boot);
@@ -296,9 +234,10 @@ async fn no_secret_is_ever_logged_or_shown() {
     rename_over(&plain, &op2).unwrap();
     let res = plain_client.clone().oneshot(post()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    wait_for(&plain_store, &op2).await;
+    wait_for_token(&plain_store, &op2).await;
     // The timer fires a few times.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let reads = plain_store.status().reads;
+    eventually("three timer reads", || plain_store.status().reads >= reads + 3).await;
     all_shown(&mut shown, &plain_store);
 
     // A 401 for a token that is simply wrong: no retry.
@@ -331,9 +270,14 @@ async fn no_secret_is_ever_logged_or_shown() {
     shown.push_str(&format!("{tf:?}\n"));
 
     drop((jwt_client, plain_client, jwt_store, plain_store, loaded));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Everything the stores started has ended (and logged its end) before the logs are read.
+    eventually("every watch released", || {
+        let registry = bearer_reload::testing::watch_registry();
+        registry.subscribers == 0 && !registry.watcher
+    })
+    .await;
 
-    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     // The scenario really ran: rotations, failures and retries were logged.
     for needle in ["token rotated", "token reload failed", "TRACE", "DEBUG"] {
         assert!(logs.contains(needle), "no {needle:?} in the logs:\n{logs}");

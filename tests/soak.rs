@@ -33,7 +33,6 @@ fn log(what: String) {
     TIMELINE.lock().unwrap().push((at, what));
 }
 const ROTATE_EVERY: Duration = Duration::from_millis(100);
-const DEADLINE: Duration = Duration::from_secs(10);
 
 fn soak_duration() -> Duration {
     let secs = std::env::var("SOAK_SECS")
@@ -221,26 +220,6 @@ async fn client(
     }
 }
 
-/// Waits, with a deadline, until `store` holds `token`.
-async fn wait_for(store: &TokenStore, token: &str) {
-    let want = format!("Bearer {token}");
-    let mut rx = store.subscribe();
-    let got = tokio::time::timeout(DEADLINE, async {
-        loop {
-            if store.current().header_value() == want.as_str() {
-                return;
-            }
-            rx.changed().await.unwrap();
-        }
-    })
-    .await;
-    assert!(
-        got.is_ok(),
-        "the store never installed the last token written; status {:?}",
-        store.status()
-    );
-}
-
 fn check_seen(server: &AuthServer, issued: &Issued, bad: &mut Vec<String>, seen: &mut u64) {
     let tokens = server.take_seen();
     *seen += tokens.len() as u64;
@@ -361,7 +340,7 @@ async fn eight_clients_lose_no_request_over_rotations_in_every_style() {
         "{steps} rotations"
     );
     for (store, token) in stores.iter().zip(&last) {
-        wait_for(store, token).await;
+        support::wait_for_token(store, token).await;
     }
     assert_eq!(read_token(&plain), last[0]);
     assert_eq!(read_token(&projected.token_path()), last[1]);

@@ -9,9 +9,16 @@ pub mod tls;
 // `grpc.rs` and `clients.rs` are included only by the binaries that use them (with
 // `#[path]`), so that the others do not compile tonic and reqwest.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bearer_reload::{TokenFile, TokenStore};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// How long a test waits for an event before it fails.
+pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Writes `token` (with the newline `echo` leaves) to `dir/token` and loads it with the
 /// watcher and the timer off: only the test, or a 401, reloads it.
@@ -25,4 +32,94 @@ pub async fn quiet_store(dir: &Path, token: &str) -> (PathBuf, TokenStore) {
         .await
         .unwrap();
     (path, store)
+}
+
+/// Waits until `store` holds `token`, woken by its rotations, checking that generations
+/// only go up; fails after [`DEADLINE`] with the store's status.
+pub async fn wait_for_token(store: &TokenStore, token: &str) {
+    let want = format!("Bearer {token}");
+    let mut rx = store.subscribe();
+    let mut last = store.generation();
+    let waited = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let current = store.current();
+            assert!(current.generation() >= last, "generations go up");
+            last = current.generation();
+            if current.header_value() == want.as_str() {
+                return;
+            }
+            rx.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "the store never installed the token; status {:?}",
+        store.status()
+    );
+}
+
+/// Polls `cond` every few milliseconds until it holds; fails after [`DEADLINE`].
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Everything logged, from every thread, as text.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Logs {
+    /// Installs a process-wide subscriber that writes every event, at every level, here.
+    /// Once per test binary.
+    pub fn capture_globally() -> Self {
+        let logs = Logs::default();
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .init();
+        logs
+    }
+
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// `n` random bytes from the kernel.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut buf)
+        .unwrap();
+    buf
+}
+
+/// `n` random bytes as `2n` hex digits.
+pub fn random_hex(n: usize) -> String {
+    random_bytes(n).iter().map(|b| format!("{b:02x}")).collect()
 }
