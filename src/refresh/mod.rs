@@ -8,6 +8,7 @@ use std::future::Future;
 
 use crate::store::Handle;
 
+pub(crate) mod chain;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
