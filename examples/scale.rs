@@ -20,7 +20,7 @@
 //!   over the rotations and a settling second after them, per rotation, the writer included;
 //! - `idle_cpu_pct`: the process's CPU time over an idle window, in percent of one core;
 //! - `threads_peak`: the most threads the process had (`/proc/self/status`), sampled every
-//!   20 ms outside the idle window.
+//!   20 ms outside the idle window (the sampler is parked during it).
 //!
 //! The stores' periodic timer is off unless `--refresh-secs` says otherwise, so that the
 //! watcher's cost is measured alone.
@@ -104,36 +104,55 @@ fn threads() -> usize {
         .unwrap_or(0)
 }
 
-/// Samples the thread count every 20 ms, except while `paused`, keeping the peak.
+/// Samples the thread count every 20 ms, keeping the peak; parked (no wake-ups, no CPU)
+/// while paused.
 struct ThreadPeak {
     peak: Arc<AtomicUsize>,
     paused: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    thread: std::thread::Thread,
 }
 
 impl ThreadPeak {
     fn start() -> Self {
-        let this = Self {
-            peak: Arc::new(AtomicUsize::new(threads())),
-            paused: Arc::default(),
-            stop: Arc::default(),
-        };
-        let (peak, paused, stop) = (this.peak.clone(), this.paused.clone(), this.stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if !paused.load(Ordering::Relaxed) {
+        let peak = Arc::new(AtomicUsize::new(threads()));
+        let (paused, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let thread = {
+            let (peak, paused, stop) = (peak.clone(), paused.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if paused.load(Ordering::SeqCst) {
+                        std::thread::park();
+                        continue;
+                    }
                     peak.fetch_max(threads(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        this
+            })
+            .thread()
+            .clone()
+        };
+        Self {
+            peak,
+            paused,
+            stop,
+            thread,
+        }
+    }
+
+    fn pause(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
+        self.thread.unpark();
     }
 }
 
 impl Drop for ThreadPeak {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.unpark();
     }
 }
 
@@ -192,11 +211,13 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
 
     // Idle: nothing changes; what does the process spend?
     tokio::time::sleep(Duration::from_secs(1)).await;
-    peak.paused.store(true, Ordering::Relaxed);
+    peak.pause(true);
+    // Let the sampler park before the window opens.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let (cpu0, wall0) = (cpu(), Instant::now());
     tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
     let idle_pct = 100.0 * (cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64();
-    peak.paused.store(false, Ordering::Relaxed);
+    peak.pause(false);
 
     // Rotations, one at a time.
     let reads0 = total_reads(&stores);
