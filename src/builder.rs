@@ -65,8 +65,8 @@ pub struct NoSource;
 
 /// Builds a [`TokenStore`] on a source (see the [module docs](self)).
 ///
-/// By default the source is read again every 60 seconds (plus a jitter of up to 3 s) and,
-/// for a file, on every change to it or to a symlink leading to it; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
+/// By default the source is read again every 60 seconds and, for a file, on every change
+/// in its directory; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
 /// one token trigger at most one fetch a second.
 #[derive(Clone)]
 pub struct StoreBuilder<S> {
@@ -175,8 +175,8 @@ impl<S> StoreBuilder<S> {
     /// How often the source is read again regardless of any event (default: the source's
     /// [`default_refresh_interval`], 60 s for a file or a loader, none for a source that
     /// gives expiries); `None` turns the periodic reads off. Each wait is drawn a little
-    /// longer than the interval (5% of it, at least a second, at most a quarter), so that
-    /// stores loaded together do not read in step. The reads at the moments the
+    /// longer than the interval (by up to 5% of it, at least a second, at most a quarter),
+    /// so that stores loaded together do not read in step. The reads at the moments the
     /// token's dates tell about (a JWT's rotation point and expiry, a source's expiry)
     /// go on either way.
     ///
@@ -369,10 +369,7 @@ mod tests {
         let quiet = |p: &Path| TokenFile::new(p).watch(false).refresh_interval(None);
         let a = quiet(&path).load().await.unwrap();
         // Another spelling of the same path: the same store, no second read.
-        let b = quiet(&dir.path().join(".").join("token"))
-            .load()
-            .await
-            .unwrap();
+        let b = quiet(&dir.path().join(".").join("token")).load().await.unwrap();
         assert!(a.ptr_eq(&b));
         assert_eq!(a.status().reads, 1);
         std::fs::write(&path, "two").unwrap();
@@ -389,10 +386,7 @@ mod tests {
         assert_eq!(d.status().reads, 1, "a fresh store");
         // Closures are never shared.
         let loader = || TokenLoader::new("l", || async { Ok::<_, std::io::Error>(b"x".to_vec()) });
-        let (e, f) = (
-            loader().load().await.unwrap(),
-            loader().load().await.unwrap(),
-        );
+        let (e, f) = (loader().load().await.unwrap(), loader().load().await.unwrap());
         assert!(!e.ptr_eq(&f));
     }
 }
