@@ -1,5 +1,6 @@
 //! What keeps a store fresh in the background: the [timer](timer) and the file
-//! [watcher](watch) (through the process-wide [registry](registry)).
+//! [watcher](watch) (through the process-wide [registry](registry), on the names of the
+//! file's [symlink chain](chain)).
 //!
 //! Each is a future built from a weak [`Handle`]; the builder runs them as one task
 //! that ends when the store is dropped ([`until_closed`]).
