@@ -369,7 +369,10 @@ mod tests {
         let quiet = |p: &Path| TokenFile::new(p).watch(false).refresh_interval(None);
         let a = quiet(&path).load().await.unwrap();
         // Another spelling of the same path: the same store, no second read.
-        let b = quiet(&dir.path().join(".").join("token")).load().await.unwrap();
+        let b = quiet(&dir.path().join(".").join("token"))
+            .load()
+            .await
+            .unwrap();
         assert!(a.ptr_eq(&b));
         assert_eq!(a.status().reads, 1);
         std::fs::write(&path, "two").unwrap();
@@ -386,7 +389,10 @@ mod tests {
         assert_eq!(d.status().reads, 1, "a fresh store");
         // Closures are never shared.
         let loader = || TokenLoader::new("l", || async { Ok::<_, std::io::Error>(b"x".to_vec()) });
-        let (e, f) = (loader().load().await.unwrap(), loader().load().await.unwrap());
+        let (e, f) = (
+            loader().load().await.unwrap(),
+            loader().load().await.unwrap(),
+        );
         assert!(!e.ptr_eq(&f));
     }
 }
