@@ -1,5 +1,5 @@
-//! What keeps a store fresh in the background: the [timer](timer) and the file
-//! [watcher](watch) (through the process-wide [registry](registry), on the names of the
+//! What keeps a store fresh in the background: the [timer] and the file
+//! [watcher](watch) (through the process-wide [registry], on the names of the
 //! file's [symlink chain](chain)).
 //!
 //! Each is a future built from a weak [`Handle`]; the builder runs them as one task

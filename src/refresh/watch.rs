@@ -1,7 +1,7 @@
 //! The watch loop of one store: reload when a name of its file's symlink chain changes.
 //!
 //! Each store watched has a task that owns its [`Subscriber`] to the process-wide
-//! [`Registry`](super::registry::Registry) and holds only a weak [`Handle`] to the store,
+//! [`Registry`] and holds only a weak [`Handle`] to the store,
 //! so that it ends with the store. It subscribes to the names of its file's
 //! [chain](super::chain) (the path as given, every symlink after it, the file at the end),
 //! each in its directory, and waits on a coalescing [`Signal`](super::registry::Signal).
