@@ -7,9 +7,9 @@
 //!
 //! - The [`Registry`] maps each canonical directory to its subscribers, by file name: an
 //!   event for `tenant-7` wakes the stores of `tenant-7` only, however many files the
-//!   directory holds ([`dispatch`](mod@dispatch)). An event that can concern every file of a directory
-//!   (the directory itself removed or replaced, an overflow of the event queue, an error)
-//!   wakes all of its subscribers, whose reads then go through the directory's
+//!   directory holds ([`dispatch`](mod@dispatch)). An event that can concern every file of
+//!   a directory (the directory itself removed or replaced, an overflow of the event queue,
+//!   an error) wakes all of its subscribers, whose reads then go through the directory's
 //!   [`read_limit`](Registry::read_limit): each reads its own file once, a few at a time.
 //! - It owns at most one `notify` watcher, created with the first watched directory and
 //!   dropped with the last one, so an idle process holds no inotify descriptor (inotify
