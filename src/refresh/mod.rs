@@ -9,10 +9,11 @@ use std::future::Future;
 
 use crate::store::Handle;
 
-pub(crate) mod chain;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
+
+pub(crate) mod chain;
 
 /// Runs `work` until it ends or the store behind `handle` is dropped.
 pub(crate) async fn until_closed(handle: Handle, work: impl Future<Output = ()>) {
