@@ -180,7 +180,9 @@ impl<S> StoreBuilder<S> {
 
     /// How often the source is read again regardless of any event (default: the source's
     /// [`default_refresh_interval`], 60 s for a file or a loader, none for a source that
-    /// gives expiries); `None` turns the periodic reads off. The reads at the moments the
+    /// gives expiries); `None` turns the periodic reads off. Each wait is drawn a little
+    /// longer than the interval (by up to 5% of it, at least a second, at most a quarter),
+    /// so that stores loaded together do not read in step. The reads at the moments the
     /// token's dates tell about (a JWT's rotation point and expiry, a source's expiry)
     /// go on either way.
     ///

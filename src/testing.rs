@@ -264,7 +264,7 @@ pub fn write_in_chunks(
 pub struct WatchRegistry {
     /// Directories the watcher holds a watch for.
     pub directories: usize,
-    /// Stores subscribed to a directory, over all directories.
+    /// Stores subscribed (each to the names of its file's symlink chain).
     pub subscribers: usize,
     /// Whether the process's one `notify` watcher (an inotify instance) exists.
     pub watcher: bool,

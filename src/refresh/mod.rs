@@ -1,5 +1,6 @@
-//! What keeps a store fresh in the background: the [timer](timer) and the file
-//! [watcher](watch) (through the process-wide [registry](registry)).
+//! What keeps a store fresh in the background: the [timer] and the file
+//! [watcher](watch) (through the process-wide [registry], on the names of the
+//! file's [symlink chain](chain)).
 //!
 //! Each is a future built from a weak [`Handle`]; the builder runs them as one task
 //! that ends when the store is dropped ([`until_closed`]).
@@ -13,6 +14,8 @@ pub(crate) mod gauges;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
+
+pub(crate) mod chain;
 
 /// Runs `work` until it ends or the store behind `handle` is dropped.
 pub(crate) async fn until_closed(handle: Handle, work: impl Future<Output = ()>) {

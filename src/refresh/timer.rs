@@ -16,11 +16,17 @@
 //! expires by a margin of a tenth of its lifetime (at least a minute, at most half of it),
 //! less a jitter drawn per token so that a fleet does not refresh in step.
 //!
+//! **The period** is drawn anew for each read: the period plus a jitter of up to 5% of it
+//! (at least a second, at most a quarter of the period), so that stores started together
+//! (thousands of tenants' tokens loaded at boot) spread their reads rather than read in
+//! step, as the kubelet spreads its own. The moments above keep their own jitter.
+//!
 //! The moments are recomputed from the current token after every read and every rotation.
 //! A moment further away than the next periodic read waits for it. A failed read is tried
 //! again sooner than the period: after 1 s, then twice as long each time, up to the period
 //! (five minutes without one).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -42,13 +48,32 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between retries of a store without a period.
 const MAX_RETRY: Duration = Duration::from_secs(300);
 
+/// Numbers the timers, for each its own jitter.
+static TIMERS: AtomicU64 = AtomicU64::new(0);
+
+/// How far a periodic read is spread past the period: 5% of it, at least a second, at most
+/// a quarter of the period.
+pub(crate) fn spread(period: Duration) -> Duration {
+    (period / 20).max(Duration::from_secs(1)).min(period / 4)
+}
+
 /// Re-reads the store's source every `period` (if any), and at the moments the current
 /// token tells about (see the module docs), until the store is dropped.
 pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
     let Some(mut rotations) = store.upgrade().map(|s| s.subscribe()) else {
         return;
     };
-    let mut next_tick = period.map(|p| Instant::now() + p);
+    // The wait before each periodic read: the period and a jitter drawn for this timer and
+    // this read.
+    let timer = TIMERS
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut reads = 0_u64;
+    let mut periodic = move || {
+        reads += 1;
+        period.map(|p| p + jitter(timer ^ reads, spread(p)))
+    };
+    let mut next_tick = periodic().map(|wait| Instant::now() + wait);
     // Moments at or before this one were served: a timer that fires a hair early (the
     // wall clock and tokio's clock are not the same clock) must not serve one twice.
     let mut served: Option<SystemTime> = None;
@@ -108,7 +133,9 @@ pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
         }
         // A read just happened: the next periodic one is a full period away (or the retry
         // delay). After a suspended process wakes up this is one re-read, not a burst.
-        next_tick = retry.or(period).map(|wait| Instant::now() + wait);
+        next_tick = retry
+            .or_else(&mut periodic)
+            .map(|wait| Instant::now() + wait);
     }
 }
 

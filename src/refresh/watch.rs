@@ -1,24 +1,34 @@
-//! The watch loop of one store: reload when its file's directory changes.
+//! The watch loop of one store: reload when a name of its file's symlink chain changes.
 //!
-//! Each store watched has a task that owns its [`Subscription`] to the process-wide
-//! [`Registry`](super::registry::Registry) and holds only a weak [`Handle`] to the store,
-//! so that it ends with the store. It waits on a coalescing [`Notify`], then reads the file
-//! again with a read that starts after the event; a read that fails right after an event
-//! (a half-written file) is retried after 10, 50 and 250 ms, or sooner on the next event,
-//! and only the last failure is reported.
+//! Each store watched has a task that owns its [`Subscriber`] to the process-wide
+//! [`Registry`] and holds only a weak [`Handle`] to the store,
+//! so that it ends with the store. It subscribes to the names of its file's
+//! [chain](super::chain) (the path as given, every symlink after it, the file at the end),
+//! each in its directory, and waits on a coalescing [`Signal`](super::registry::Signal).
+//! On each wake-up it resolves the chain again (a link re-pointed: the new directories are
+//! watched and those no longer needed dropped), then reads the file with a read that
+//! starts after the event. The events of one rotation (a rename is two; a temporary file's
+//! are for another name) cost one read: those that came before the read started are
+//! answered by it. A read that fails right after an event (a half-written file) is retried
+//! after 10, 50 and 250 ms, or sooner on the next event, and only the last failure is
+//! reported. Reads of the stores of one directory go through its
+//! [`read_limit`](super::registry::Registry::read_limit), a few at a time, so an event that
+//! wakes a crowded directory reads each file once without a blocking thread per store.
 //!
-//! When the directory is removed or renamed away, or cannot be watched at all, the store
-//! reports [`WatchState::Degraded`] (the timer keeps working) and the task polls, with a
-//! backoff, until the directory can be watched again, then reloads.
+//! When a directory of the chain is removed or renamed away, or cannot be watched at all,
+//! or the chain loops, the store reports [`WatchState::Degraded`] (the timer keeps
+//! working) and the task polls, with a backoff, until it can watch again, then reloads.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
-use super::registry::{GLOBAL, Registry, Subscription, lost_reason};
+use super::chain::{ChainError, Start};
+use super::registry::{GLOBAL, Registry, Subscriber};
 use crate::source::Trigger;
 use crate::store::{Handle, OnFailure, Recency, WatchState};
 
@@ -33,19 +43,8 @@ const RETRY_DELAYS: [Duration; 3] = [
 /// First and largest delay between two attempts to watch a directory again.
 const REARM_FIRST: Duration = Duration::from_millis(20);
 const REARM_MAX: Duration = Duration::from_secs(2);
-/// The directory watched for `file`: its parent, canonicalized (the file itself is often a
-/// symlink, which must not be followed).
-fn directory_of(file: &Path) -> PathBuf {
-    let parent = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::canonicalize(parent)
-        .or_else(|_| std::path::absolute(parent))
-        .unwrap_or_else(|_| parent.to_owned())
-}
 
-/// Subscribes `handle`'s store to changes of `path`'s directory through the process-wide
+/// Subscribes `handle`'s store to changes of `path`'s chain through the process-wide
 /// registry, and returns the loop that reloads it on each change (see the module docs).
 pub(crate) fn watch(handle: Handle, path: &Path) -> impl Future<Output = ()> + Send + use<> {
     watch_with(&GLOBAL, handle, path)
@@ -57,127 +56,146 @@ pub(crate) fn watch_with(
     handle: Handle,
     path: &Path,
 ) -> impl Future<Output = ()> + Send + use<> {
-    let dir = directory_of(path);
-    let (sub, armed) = registry.subscribe(dir);
-    handle.set_watch_state(match &armed {
-        Ok(_) => WatchState::Active,
-        Err(reason) => WatchState::Degraded {
-            reason: reason.clone(),
-        },
-    });
-    run(handle, sub, armed)
+    let start = Start::of(path);
+    let mut watcher = Watcher {
+        // Replaced by the directory's own once subscribed.
+        reads: Arc::new(Semaphore::new(1)),
+        sub: Subscriber::new(registry),
+        store: handle,
+        start,
+        seen: HashMap::new(),
+        state: None,
+        chain_error: None,
+    };
+    // Subscribed before the store is handed out: its status says so at once.
+    watcher.update();
+    watcher.reads = registry.read_limit(watcher.start.dir());
+    watcher.run()
 }
 
-/// The store's watch task: reload on each wake-up; while degraded, try to re-arm.
-async fn run(store: Handle, sub: Subscription, mut armed: Result<u64, String>) {
-    loop {
-        armed = match armed {
-            // Checked before each wait, not only after a wake-up: the event that marked the
-            // directory lost may have been consumed by a retry's wait.
-            Ok(epoch) => match sub.registry.armed(&sub.dir) {
-                // Another store of this directory re-armed it while this task was busy: the
-                // file may have changed while nobody watched.
-                Some(now) if now != epoch => {
-                    store.set_watch_state(WatchState::Active);
-                    if !reload_after_event(&store, &sub.signal).await {
-                        return;
-                    }
-                    Ok(now)
+struct Watcher {
+    store: Handle,
+    start: Start,
+    sub: Subscriber,
+    reads: Arc<Semaphore>,
+    /// The epoch of each directory's watch when last seen, `None` when it was not watched.
+    seen: HashMap<PathBuf, Option<u64>>,
+    /// The watch state last reported.
+    state: Option<WatchState>,
+    /// The chain's error last logged: each is logged once.
+    chain_error: Option<ChainError>,
+}
+
+impl Watcher {
+    /// The store's watch task: reload on each wake-up; while degraded, try to re-arm.
+    async fn run(mut self) {
+        let mut delay = REARM_FIRST;
+        loop {
+            let mut woken = if self.healthy() {
+                self.sub.signal.notified().await;
+                true
+            } else {
+                tokio::select! {
+                    () = self.sub.signal.notified() => true,
+                    () = tokio::time::sleep(delay) => false,
                 }
-                Some(epoch) => {
-                    let woken = tokio::select! {
-                        () = sub.signal.notified() => true,
-                        () = tokio::time::sleep(sub.registry.verify_every) => false,
-                    };
-                    if !woken {
-                        sub.registry.verify(&sub.dir);
-                    } else if sub.registry.armed(&sub.dir).is_some()
-                        && !reload_after_event(&store, &sub.signal).await
-                    {
-                        return;
-                    }
-                    Ok(epoch)
+            };
+            loop {
+                let missed = self.update();
+                if !woken && !missed {
+                    break;
                 }
-                None => {
-                    sub.registry.disarm(&sub.dir, epoch);
-                    let reason = lost_reason(&sub.dir);
-                    if store.upgrade().is_none() {
-                        return;
-                    }
-                    store.set_watch_state(WatchState::Degraded {
-                        reason: reason.clone(),
-                    });
-                    Err(reason)
+                if !self.read().await {
+                    return;
                 }
-            },
-            Err(reason) => match rearm(&store, &sub, reason).await {
-                Some(epoch) => {
-                    if !reload_after_event(&store, &sub.signal).await {
-                        return;
-                    }
-                    Ok(epoch)
-                }
-                None => return,
-            },
+                // The chain again: an event during the read's retries may have changed it.
+                woken = false;
+            }
+            delay = if self.healthy() {
+                REARM_FIRST
+            } else {
+                (delay * 2).min(REARM_MAX)
+            };
+        }
+    }
+
+    fn healthy(&self) -> bool {
+        self.state == Some(WatchState::Active)
+    }
+
+    /// Resolves the chain again, watches what it needs, and reports the watch state.
+    /// Returns whether a directory was armed again since it was last seen: its events may
+    /// have been missed meanwhile.
+    fn update(&mut self) -> bool {
+        let chain = self.start.resolve();
+        if chain.error.is_some() && chain.error != self.chain_error {
+            let error = chain.error.as_ref().map(ToString::to_string);
+            tracing::warn!(
+                error = error.as_deref().unwrap_or_default(),
+                "cannot follow the token file's symlinks; the timer still refreshes the token"
+            );
+        }
+        self.chain_error = chain.error.clone();
+        let mut problem = chain.error.map(|e| e.to_string());
+        let mut missed = false;
+        let mut seen = HashMap::new();
+        for (dir, state) in self.sub.watch(chain.entries) {
+            let epoch = state.as_ref().ok().copied();
+            if let (Some(now), Some(&before)) = (epoch, self.seen.get(&dir)) {
+                missed |= before != Some(now);
+            }
+            if let Err(reason) = state {
+                problem.get_or_insert(reason);
+            }
+            seen.insert(dir, epoch);
+        }
+        self.seen = seen;
+        let state = match problem {
+            None => WatchState::Active,
+            Some(reason) => WatchState::Degraded { reason },
         };
+        if self.state.as_ref() != Some(&state) {
+            self.store.set_watch_state(state.clone());
+            self.state = Some(state);
+        }
+        missed
     }
-}
 
-/// Waits, with a backoff, until the directory can be watched again; `None` when the store
-/// is gone.
-async fn rearm(store: &Handle, sub: &Subscription, mut reason: String) -> Option<u64> {
-    let mut delay = REARM_FIRST;
-    loop {
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(REARM_MAX);
-        let exists = sub.dir.is_dir();
-        store.upgrade()?;
-        if !exists {
-            continue;
-        }
-        match sub.registry.arm(&sub.dir) {
-            Ok(epoch) => {
-                store.set_watch_state(WatchState::Active);
-                return Some(epoch);
+    /// Reads the file again after an event. A failed read is retried after each delay in
+    /// [`RETRY_DELAYS`], or sooner when another event comes; only the last failure is
+    /// reported. Returns `false` when the store is gone.
+    async fn read(&self) -> bool {
+        let signal = &self.sub.signal;
+        for attempt in 0..=RETRY_DELAYS.len() {
+            if let Some(delay) = attempt.checked_sub(1).map(|i| RETRY_DELAYS[i]) {
+                tokio::select! {
+                    biased;
+                    () = signal.notified() => {}
+                    () = tokio::time::sleep(delay) => {}
+                }
             }
-            Err(now) if now != reason => {
-                store.set_watch_state(WatchState::Degraded {
-                    reason: now.clone(),
-                });
-                reason = now;
+            let report = if attempt == RETRY_DELAYS.len() {
+                OnFailure::Report
+            } else {
+                OnFailure::Quiet
+            };
+            // Held for the read only, not across the retries' waits.
+            let permit = self.reads.acquire().await;
+            let seen = signal.events();
+            let result = self
+                .store
+                .reload(Trigger::Watch, Recency::AfterNow, report)
+                .await;
+            drop(permit);
+            signal.settle(seen);
+            match result {
+                None => return false,
+                Some(Ok(_)) => break,
+                Some(Err(_)) => {}
             }
-            Err(_) => {}
         }
+        true
     }
-}
-
-/// Reads the file again after an event. A failed read is retried after each delay in
-/// [`RETRY_DELAYS`], or sooner when another event comes; only the last failure is reported.
-/// Returns `false` when the store is gone.
-async fn reload_after_event(store: &Handle, signal: &Notify) -> bool {
-    for attempt in 0..=RETRY_DELAYS.len() {
-        if let Some(delay) = attempt.checked_sub(1).map(|i| RETRY_DELAYS[i]) {
-            tokio::select! {
-                biased;
-                () = signal.notified() => {}
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
-        let report = if attempt == RETRY_DELAYS.len() {
-            OnFailure::Report
-        } else {
-            OnFailure::Quiet
-        };
-        match store
-            .reload(Trigger::Watch, Recency::AfterNow, report)
-            .await
-        {
-            None => return false,
-            Some(Ok(_)) => break,
-            Some(Err(_)) => {}
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -132,6 +132,24 @@ fn assert_times(got: &[f64], want: &[f64]) {
     assert!(close, "got {got:?}, want {want:?}");
 }
 
+/// Asserts that `got` are periodic reads: each `period` after the one before plus a
+/// jitter within the timer's spread, and none missing before `until`.
+#[track_caller]
+fn assert_periodic(got: &[f64], period: f64, until: f64) {
+    let spread = super::spread(Duration::from_secs_f64(period)).as_secs_f64();
+    let gaps_ok = got.windows(2).all(|w| {
+        let gap = w[1] - w[0];
+        gap > period - 0.002 && gap < period + spread + 0.002
+    });
+    let none_missing = got
+        .last()
+        .is_some_and(|last| until - last < period + spread);
+    assert!(
+        gaps_ok && none_missing,
+        "got {got:?}, want reads {period} s apart plus up to {spread} s, until {until}"
+    );
+}
+
 const EXPIRED: &str = "has expired";
 const OVERDUE: &str = "overdue for rotation";
 
@@ -184,8 +202,9 @@ async fn a_legacy_extended_token_is_scheduled_from_warnafter() {
     let store = file.store(Some(Duration::from_secs(3600))).await;
     tokio::time::sleep(Duration::from_secs(4 * 3600)).await;
     // 80% of iat..warnafter plus 10 s, then only the period.
-    let want: Vec<f64> = [0.0, 2895.6, 6495.6, 10095.6, 13695.6].to_vec();
-    assert_times(&file.reads(), &want);
+    let reads = file.reads();
+    assert_times(&reads[..2], &[0.0, 2895.6]);
+    assert_periodic(&reads[1..], 3600.0, 4.0 * 3600.0);
     let status = store.status();
     assert_eq!(status.expires_at, Some(wall(YEAR)));
     assert_eq!(status.rotate_hint, Some(wall(TTL)));
@@ -205,8 +224,7 @@ async fn a_year_long_exp_alone_adds_no_read() {
         drop(store);
         let reads = file.reads();
         let rel: Vec<f64> = reads.iter().map(|r| r - reads[0]).collect();
-        let want: Vec<f64> = (0..=10).map(|i| f64::from(i) * 60.0).collect();
-        assert_times(&rel, &want);
+        assert_periodic(&rel, 60.0, 601.0);
     }
     assert!(warnings.all().is_empty());
 }
@@ -221,7 +239,7 @@ async fn opaque_and_bootstrap_tokens_are_read_on_the_period_only() {
         let reads = file.reads();
         let since = reads[0];
         let rel: Vec<f64> = reads.iter().map(|r| r - since).collect();
-        assert_times(&rel, &[0.0, 60.0, 120.0, 180.0]);
+        assert_periodic(&rel, 60.0, 181.0);
     }
 }
 
@@ -455,14 +473,66 @@ async fn a_failed_read_is_retried_sooner_with_a_backoff_up_to_the_period() {
     let store = source.store(Some(Duration::from_secs(60))).await;
     *source.failing.lock().unwrap() = true;
     tokio::time::sleep(Duration::from_secs(250)).await;
-    let want = [0.0, 60.0, 61.0, 63.0, 67.0, 75.0, 91.0, 123.0, 183.0, 243.0];
-    assert_times(&source.fetches(), &want);
+    // The first read after the period (and its jitter), then retries 1, 2, 4, ... s after
+    // each failure, up to the period.
+    let fetches = source.fetches();
+    assert_periodic(&fetches[..2], 60.0, 61.0);
+    let first = fetches[1];
+    let want = [0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 63.0, 123.0, 183.0];
+    let rel: Vec<f64> = fetches[1..].iter().map(|f| f - first).collect();
+    assert_times(&rel, &want);
     assert_eq!(store.generation(), 1, "the last good token stays");
     assert!(store.status().last_error.is_some());
     // Back up: the next attempt succeeds and the period resumes.
     *source.failing.lock().unwrap() = false;
     tokio::time::sleep(Duration::from_secs(121)).await;
     let fetches = source.fetches();
-    assert_times(&fetches[want.len()..], &[303.0, 363.0]);
+    let rel: Vec<f64> = fetches[want.len() + 1..]
+        .iter()
+        .map(|f| f - first)
+        .collect();
+    assert_times(&rel[..1], &[243.0]);
+    assert_periodic(&fetches[want.len() + 1..], 60.0, 371.0);
     assert!(store.status().last_error.is_none());
+}
+
+#[test]
+fn the_period_is_spread_by_a_few_percent_at_least_a_second() {
+    let spread = |secs: f64| super::spread(Duration::from_secs_f64(secs)).as_secs_f64();
+    assert_eq!(spread(60.0), 3.0);
+    assert_eq!(spread(3600.0), 180.0);
+    assert_eq!(spread(10.0), 1.0, "at least a second");
+    assert_eq!(spread(2.0), 0.5, "at most a quarter of a short period");
+}
+
+#[tokio::test(start_paused = true)]
+async fn stores_started_together_spread_their_periodic_reads() {
+    let files: Vec<File> = (0..50).map(|i| File::new(format!("token-{i}"))).collect();
+    let mut stores = Vec::new();
+    for file in &files {
+        stores.push(file.store(Some(Duration::from_secs(60))).await);
+    }
+    tokio::time::sleep(Duration::from_secs(64)).await;
+    let firsts: Vec<f64> = files.iter().map(|f| f.reads()[1]).collect();
+    assert!(
+        firsts.iter().all(|t| (60.0..63.0).contains(t)),
+        "{firsts:?}"
+    );
+    let (min, max) = firsts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+    // Fifty draws over 3 s: spread over more than a second, not in step.
+    assert!(max - min > 1.0, "{firsts:?}");
+    let distinct: std::collections::BTreeSet<u64> =
+        firsts.iter().map(|t| (t * 1000.0) as u64).collect();
+    assert!(distinct.len() > 40, "{firsts:?}");
+    // And each draws anew: the second read is not the first's jitter again.
+    tokio::time::sleep(Duration::from_secs(63)).await;
+    let gaps: Vec<f64> = files.iter().map(|f| f.reads()[2] - f.reads()[1]).collect();
+    assert!(
+        gaps.iter()
+            .zip(&firsts)
+            .any(|(gap, first)| (gap - first).abs() > 0.01)
+    );
+    drop(stores);
 }

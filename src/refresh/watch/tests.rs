@@ -63,22 +63,6 @@ fn degraded(store: &TokenStore) -> Option<String> {
     }
 }
 
-#[test]
-fn the_watched_directory_is_the_canonical_parent() {
-    let tmp = tempfile::tempdir().unwrap();
-    let real = tmp.path().canonicalize().unwrap().join("real");
-    std::fs::create_dir(&real).unwrap();
-    std::os::unix::fs::symlink(&real, tmp.path().join("link")).unwrap();
-    std::os::unix::fs::symlink("elsewhere", real.join("token")).unwrap();
-    assert_eq!(directory_of(&tmp.path().join("link/token")), real);
-    assert_eq!(directory_of(&tmp.path().join("link/./token")), real);
-    assert_eq!(directory_of(&real.join("token")), real, "file not followed");
-    assert_eq!(
-        directory_of(Path::new("token")),
-        std::env::current_dir().unwrap().canonicalize().unwrap()
-    );
-}
-
 /// Collects formatted log lines.
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
@@ -252,3 +236,6 @@ async fn a_renamed_ancestor_sends_no_event_but_is_noticed() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(store.current().header_value(), "Bearer three");
 }
+
+mod routing;
+mod symlinks;

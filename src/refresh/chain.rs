@@ -1,0 +1,196 @@
+//! The symlink chain of a token path, and what to watch for it.
+//!
+//! A token path is often a symlink, or a chain of them: a Vault agent sink or a CSI mount
+//! behind `ln -s` (`/etc/app/token -> /run/vault/token`), the kubelet's `token ->
+//! ..data/token` with `..data -> ..2026_11_29_…`. The file read is the one at the end, and
+//! it changes when any link on the way is re-pointed or the file at the end is replaced.
+//!
+//! [`Start::resolve`] follows the chain link by link, as the kernel does at `open`: each
+//! link's target is read (`readlink`), a relative one against the link's own directory, and
+//! every directory a target goes through is resolved the same way (a link among them is one
+//! more link of the chain). It returns what to watch, each as a directory and a name in it:
+//! every link, and the file at the end. Watching a name in its directory, not the file
+//! itself, is what survives a rename over it.
+//!
+//! Not watched:
+//! - the directories above the path as given: its parent is canonicalized once (as the
+//!   kubelet's and every writer's directory stays put); the registry's health check tells
+//!   when it is no longer the same directory;
+//! - what lies inside a directory reached through a link whose name starts with `..`: the
+//!   payload of an atomic writer (the kubelet's `..data` and its timestamped directories),
+//!   which is never changed in place but replaced by re-pointing that link, which is
+//!   watched.
+//!
+//! A part of the chain that does not exist (a dangling link, a target directory removed)
+//! ends it: the missing name is watched in the last directory that exists, so that its
+//! return is an event like any other. Over [`MAX_LINKS`] links the chain is taken to loop
+//! ([`ChainError::TooManyLinks`]); what was found up to there is still watched, so that the
+//! fix is seen.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::path::{Component, Path, PathBuf};
+
+/// The most links followed, as the kernel's own limit (`MAXSYMLINKS`).
+pub(crate) const MAX_LINKS: usize = 40;
+
+/// A name to watch in a directory (canonical).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Entry {
+    pub(crate) dir: PathBuf,
+    pub(crate) name: OsString,
+}
+
+/// Why a chain cannot be followed to its end.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ChainError {
+    /// More links than the kernel follows: a loop, or a chain too long to open.
+    #[error("the symlink chain of token file {path} has over {limit} links (a loop?)")]
+    TooManyLinks { path: PathBuf, limit: usize },
+}
+
+/// What to watch for a token path: its chain's entries, first the path as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chain {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) error: Option<ChainError>,
+}
+
+/// The token path as given: its canonical directory and its name.
+#[derive(Debug, Clone)]
+pub(crate) struct Start {
+    path: PathBuf,
+    dir: PathBuf,
+    name: OsString,
+}
+
+/// One step of the resolution.
+enum Step {
+    Root,
+    Parent,
+    Name(OsString),
+    /// From here on, the directory is an atomic writer's payload.
+    Payload,
+}
+
+impl Start {
+    /// The start of `path`'s chain: its parent, canonicalized (the path itself is not
+    /// followed here: it is the first link of the chain).
+    pub(crate) fn of(path: &Path) -> Self {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = std::fs::canonicalize(parent)
+            .or_else(|_| std::path::absolute(parent))
+            .unwrap_or_else(|_| parent.to_owned());
+        Self {
+            path: path.to_owned(),
+            dir,
+            name: path.file_name().unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// The directory of the path as given.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Follows the chain as it is now (see the module docs).
+    pub(crate) fn resolve(&self) -> Chain {
+        let mut chain = Chain {
+            entries: Vec::new(),
+            error: None,
+        };
+        let mut base = self.dir.clone();
+        let mut payload = false;
+        let mut links = 0;
+        let mut steps = VecDeque::from([Step::Name(self.name.clone())]);
+        while let Some(step) = steps.pop_front() {
+            let name = match step {
+                Step::Root => {
+                    base = PathBuf::from("/");
+                    payload = false;
+                    continue;
+                }
+                Step::Parent => {
+                    base.pop();
+                    payload = false;
+                    continue;
+                }
+                Step::Payload => {
+                    payload = true;
+                    continue;
+                }
+                Step::Name(name) => name,
+            };
+            let last = !steps.iter().any(|s| matches!(s, Step::Name(_)));
+            let path = base.join(&name);
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    chain.watch(&base, &name, payload);
+                    links += 1;
+                    if links > MAX_LINKS {
+                        chain.error = Some(ChainError::TooManyLinks {
+                            path: self.path.clone(),
+                            limit: MAX_LINKS,
+                        });
+                        break;
+                    }
+                    // Removed since: the event that says so wakes the watcher again.
+                    let Ok(target) = std::fs::read_link(&path) else {
+                        break;
+                    };
+                    let mut front: Vec<Step> = target.components().filter_map(step_of).collect();
+                    if !last && is_writer_internal(&name) {
+                        front.push(Step::Payload);
+                    }
+                    for step in front.into_iter().rev() {
+                        steps.push_front(step);
+                    }
+                }
+                Ok(_) if last => {
+                    chain.watch(&base, &name, payload);
+                    break;
+                }
+                Ok(meta) if meta.is_dir() => base = path,
+                // Missing, not a directory, or not readable: its return is an event here.
+                _ => {
+                    chain.watch(&base, &name, payload);
+                    break;
+                }
+            }
+        }
+        chain
+    }
+}
+
+impl Chain {
+    fn watch(&mut self, dir: &Path, name: &OsStr, payload: bool) {
+        let entry = Entry {
+            dir: dir.to_owned(),
+            name: name.to_owned(),
+        };
+        if !payload && !self.entries.contains(&entry) {
+            self.entries.push(entry);
+        }
+    }
+}
+
+fn step_of(component: Component<'_>) -> Option<Step> {
+    match component {
+        Component::RootDir => Some(Step::Root),
+        Component::ParentDir => Some(Step::Parent),
+        Component::Normal(name) => Some(Step::Name(name.to_owned())),
+        Component::CurDir | Component::Prefix(_) => None,
+    }
+}
+
+/// Whether a name is an atomic writer's own (the kubelet's `..data`, its timestamped
+/// directories, `..data_tmp`): no user file can start with `..`.
+pub(crate) fn is_writer_internal(name: &OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b"..")
+}
+
+#[cfg(test)]
+mod tests;

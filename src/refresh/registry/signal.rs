@@ -1,0 +1,86 @@
+//! [`Signal`]: how the registry wakes a subscriber, and how the subscriber tells the events
+//! its read has answered from those that came after it.
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::Notify;
+
+/// A coalescing wake-up ([`Notify`]) with a count of the events behind it.
+///
+/// A writer's rotation is a burst of events for one name (a rename alone is two: its
+/// "to" and its "both"). The first wakes the subscriber; the others usually arrive before
+/// it has started its read, which answers them too: [`settle`](Self::settle) then drops
+/// the wake-up they left, so that the burst costs one read, not two.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    notify: Notify,
+    events: AtomicU64,
+}
+
+impl Signal {
+    /// Counts an event and wakes the subscriber (or leaves it a wake-up).
+    pub(crate) fn wake(&self) {
+        self.events.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Waits for a wake-up.
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The events counted so far: taken just before a read starts.
+    pub(crate) fn events(&self) -> u64 {
+        self.events.load(Ordering::SeqCst)
+    }
+
+    /// After a read that started once `seen` events had come: if none came since, drops
+    /// the wake-up those events left, as the read answered them.
+    pub(crate) fn settle(&self, seen: u64) {
+        if self.events() != seen {
+            return;
+        }
+        let mut notified = pin!(self.notify.notified());
+        let taken = notified
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            == Poll::Ready(());
+        // An event counted between the check and the take: its wake-up goes back.
+        if taken && self.events() != seen {
+            self.notify.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(signal: &Signal) -> bool {
+        let mut notified = pin!(signal.notified());
+        notified
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+    }
+
+    #[test]
+    fn a_read_answers_the_events_before_it_not_those_after() {
+        let signal = Signal::default();
+        signal.wake();
+        signal.wake();
+        // Before the read: two events, one wake-up left.
+        let seen = signal.events();
+        signal.settle(seen);
+        assert!(!pending(&signal), "answered by the read");
+
+        signal.wake();
+        let seen = signal.events();
+        signal.wake(); // after the read started
+        signal.settle(seen);
+        assert!(pending(&signal), "a later event keeps its wake-up");
+        assert!(!pending(&signal));
+    }
+}
