@@ -63,11 +63,11 @@ pub type TokenLoader = StoreBuilder<FnSource>;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoSource;
 
-/// Builds a [`TokenStore`] on a source (see the [module docs](self)).
+/// Builds a [`TokenStore`] on a source, with [`load`](Self::load) or [`pair`](Self::pair).
 ///
 /// By default the source is read again every 60 seconds and, for a file, on every change
-/// in its directory; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
-/// one token trigger at most one fetch a second.
+/// in its directory; tokens up to 64 KiB are accepted; a fetch may take 10 s (60 s for an
+/// exec plugin); and 401s to one token trigger at most one fetch a second.
 #[derive(Clone)]
 pub struct StoreBuilder<S> {
     source: S,
@@ -76,7 +76,8 @@ pub struct StoreBuilder<S> {
     watch: bool,
     max_size: usize,
     unauthorized_interval: Duration,
-    read_timeout: Duration,
+    /// `None`: the source's default.
+    read_timeout: Option<Duration>,
     clock: Clock,
 }
 
@@ -108,7 +109,7 @@ impl Options {
             watch: true,
             max_size: DEFAULT_MAX_SIZE,
             unauthorized_interval: Duration::from_secs(1),
-            read_timeout: Duration::from_secs(10),
+            read_timeout: None,
             clock: Clock::default(),
         }
     }
@@ -207,10 +208,13 @@ impl<S> StoreBuilder<S> {
         self
     }
 
-    /// How long one fetch may take before it counts as failed (default 10 s): a read stuck
-    /// on a dead mount or a hung plugin must not hold up every later reload.
+    /// How long one fetch may take before it counts as failed (default: the source's
+    /// [`default_read_timeout`], 10 s for a file or a loader, 60 s for an exec plugin): a
+    /// read stuck on a dead mount or a hung plugin must not hold up every later reload.
+    ///
+    /// [`default_read_timeout`]: TokenSource::default_read_timeout
     pub fn read_timeout(mut self, limit: Duration) -> Self {
-        self.read_timeout = limit;
+        self.read_timeout = Some(limit);
         self
     }
 
@@ -282,7 +286,9 @@ impl<S: TokenSource> StoreBuilder<S> {
     async fn build(self) -> Result<(TokenStore, Refresher), LoadError> {
         let config = Config {
             max_size: self.max_size,
-            read_timeout: self.read_timeout,
+            read_timeout: self
+                .read_timeout
+                .unwrap_or_else(|| self.source.default_read_timeout()),
             unauthorized_interval: self.unauthorized_interval,
             clock: self.clock,
         };
@@ -319,7 +325,7 @@ struct ShareKey {
     watch: bool,
     max_size: usize,
     unauthorized_interval: Duration,
-    read_timeout: Duration,
+    read_timeout: Option<Duration>,
 }
 
 /// The live stores of shareable sources, by key. An entry goes when its store's refresher
@@ -367,7 +373,10 @@ mod tests {
         let quiet = |p: &Path| TokenFile::new(p).watch(false).refresh_interval(None);
         let a = quiet(&path).load().await.unwrap();
         // Another spelling of the same path: the same store, no second read.
-        let b = quiet(&dir.path().join(".").join("token")).load().await.unwrap();
+        let b = quiet(&dir.path().join(".").join("token"))
+            .load()
+            .await
+            .unwrap();
         assert!(a.ptr_eq(&b));
         assert_eq!(a.status().reads, 1);
         std::fs::write(&path, "two").unwrap();
@@ -384,7 +393,10 @@ mod tests {
         assert_eq!(d.status().reads, 1, "a fresh store");
         // Closures are never shared.
         let loader = || TokenLoader::new("l", || async { Ok::<_, std::io::Error>(b"x".to_vec()) });
-        let (e, f) = (loader().load().await.unwrap(), loader().load().await.unwrap());
+        let (e, f) = (
+            loader().load().await.unwrap(),
+            loader().load().await.unwrap(),
+        );
         assert!(!e.ptr_eq(&f));
     }
 }

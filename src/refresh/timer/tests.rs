@@ -399,7 +399,8 @@ impl Minting {
     }
 
     async fn store(&self, period: Option<Duration>) -> TokenStore {
-        let builder = crate::StoreBuilder::from_source(self.clone()).clock(Clock::tokio_from(wall(0)));
+        let builder =
+            crate::StoreBuilder::from_source(self.clone()).clock(Clock::tokio_from(wall(0)));
         let builder = match period {
             Some(p) => builder.refresh_interval(Some(p)),
             None => builder,
@@ -439,7 +440,11 @@ async fn a_token_without_an_expiry_from_such_a_source_is_kept_until_asked() {
     let source = Minting::new(None);
     let store = source.store(None).await;
     tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
-    assert_eq!(source.fetches().len(), 1, "no period, no dates: nothing to refresh on");
+    assert_eq!(
+        source.fetches().len(),
+        1,
+        "no period, no dates: nothing to refresh on"
+    );
     store.reload().await.unwrap();
     assert_eq!(source.fetches().len(), 2);
 }
