@@ -68,8 +68,8 @@ pub struct NoSource;
 ///
 /// By default a file (or a closure) is read again every 60 seconds, and a file on every
 /// change in its directory; a source that says when its tokens expire is fetched again
-/// before they do; tokens up to 64 KiB are accepted; a fetch may take 10 s; and 401s to
-/// one token trigger at most one fetch a second.
+/// before they do; tokens up to 64 KiB are accepted; a fetch may take 10 s (60 s for an
+/// exec plugin); and 401s to one token trigger at most one fetch a second.
 #[derive(Clone)]
 pub struct StoreBuilder<S> {
     source: S,
@@ -78,7 +78,8 @@ pub struct StoreBuilder<S> {
     watch: bool,
     max_size: usize,
     unauthorized_interval: Duration,
-    read_timeout: Duration,
+    /// `None`: the source's default.
+    read_timeout: Option<Duration>,
     name: Option<String>,
     clock: Clock,
 }
@@ -112,7 +113,7 @@ impl Options {
             watch: true,
             max_size: DEFAULT_MAX_SIZE,
             unauthorized_interval: Duration::from_secs(1),
-            read_timeout: Duration::from_secs(10),
+            read_timeout: None,
             name: None,
             clock: Clock::default(),
         }
@@ -215,10 +216,13 @@ impl<S> StoreBuilder<S> {
         self
     }
 
-    /// How long one fetch may take before it counts as failed (default 10 s): a read stuck
-    /// on a dead mount or a hung plugin must not hold up every later reload.
+    /// How long one fetch may take before it counts as failed (default: the source's
+    /// [`default_read_timeout`], 10 s for a file or a loader, 60 s for an exec plugin): a
+    /// read stuck on a dead mount or a hung plugin must not hold up every later reload.
+    ///
+    /// [`default_read_timeout`]: TokenSource::default_read_timeout
     pub fn read_timeout(mut self, limit: Duration) -> Self {
-        self.read_timeout = limit;
+        self.read_timeout = Some(limit);
         self
     }
 
@@ -300,7 +304,9 @@ impl<S: TokenSource> StoreBuilder<S> {
         let config = Config {
             name: self.name,
             max_size: self.max_size,
-            read_timeout: self.read_timeout,
+            read_timeout: self
+                .read_timeout
+                .unwrap_or_else(|| self.source.default_read_timeout()),
             unauthorized_interval: self.unauthorized_interval,
             clock: self.clock,
         };
@@ -339,7 +345,7 @@ struct ShareKey {
     watch: bool,
     max_size: usize,
     unauthorized_interval: Duration,
-    read_timeout: Duration,
+    read_timeout: Option<Duration>,
 }
 
 /// The live stores of shareable sources, by key. An entry goes when its store's refresher

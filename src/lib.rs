@@ -23,8 +23,9 @@
 //! Data flows one way: **source → token → store → layer → request**.
 //!
 //! - [`source`]: where the bytes come from. The [`TokenSource`](source::TokenSource) trait,
-//!   and its implementations for a file ([`FileSource`](source::FileSource)) and an async
-//!   closure ([`FnSource`](source::FnSource)).
+//!   and its implementations for a file ([`FileSource`](source::FileSource)), a Kubernetes
+//!   exec credential plugin ([`ExecSource`](source::ExecSource)) and an async closure
+//!   ([`FnSource`](source::FnSource)).
 //! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
 //!   the token says about itself ([`TokenKind`]: a JWT's claims, a bootstrap token's id).
 //! - [`store`]: the current token behind an `ArcSwap` ([`TokenStore`]); single-flight
@@ -35,10 +36,11 @@
 //! - [`layer`]: the tower middleware ([`BearerLayer`]), with [`RetryUnauthorized`];
 //!   [`classify`] says what counts as unauthorized, [`body`] makes request bodies
 //!   replayable.
-//! - `kube` (feature `kube`): a `kube::Client` built with the layer. `reqwest` (feature
-//!   `reqwest`): the same for reqwest-middleware clients. `metrics` (feature `metrics`):
-//!   what every store reports through the `metrics` facade, and alert rules. `testing`
-//!   (feature `testing`): kubelet-faithful token writers for your own tests.
+//! - `kube` (feature `kube`): a `kube::Client` built with the layer, for a token file or an
+//!   exec plugin. `reqwest` (feature `reqwest`): the same for reqwest-middleware clients.
+//!   `metrics` (feature `metrics`): what every store reports through the `metrics` facade,
+//!   and alert rules. `testing` (feature `testing`): kubelet-faithful token writers for
+//!   your own tests.
 //! - tonic: the layer over a `tonic::transport::Channel`, with
 //!   [`RetryUnauthorized::grpc()`] and [`ReplayLayer`](body::ReplayLayer) (see the README).
 //!

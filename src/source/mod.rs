@@ -10,7 +10,9 @@
 //! Provided here:
 //! - [`FileSource`]: a token file (a projected service-account token, a kubeconfig
 //!   `tokenFile`, a Vault agent sink), built by [`TokenFile`](crate::TokenFile);
-//! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader).
+//! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader);
+//! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
+//!   `kubelogin`, ...), see [`exec`].
 //!
 //! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
 //! client-credentials flow) and build a store with [`StoreBuilder::from_source`]:
@@ -53,14 +55,19 @@ use std::path::Path;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
+pub mod exec;
 mod file;
 mod func;
 
+pub use exec::{ExecError, ExecSource};
 pub use file::{FileError, FileSource};
 pub use func::{FnSource, LoaderError};
 
 /// How often a file (or a closure) is read again by default.
 pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long a fetch may take by default: a file read or a closure.
+pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The error type of closures given to [`TokenLoader`](crate::TokenLoader).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -230,6 +237,14 @@ pub trait TokenSource: Send + Sync + 'static {
     /// refuses them. A file says 60 s: a cheap read, the backstop for a missed event.
     fn default_refresh_interval(&self) -> Option<Duration> {
         None
+    }
+
+    /// How long one fetch may take before the store gives up on it, unless the builder
+    /// says otherwise ([`read_timeout`](crate::StoreBuilder::read_timeout)). The default,
+    /// 10 s, suits a file read or a call to a nearby service; an exec plugin that logs in
+    /// somewhere says 60 s.
+    fn default_read_timeout(&self) -> Duration {
+        DEFAULT_READ_TIMEOUT
     }
 }
 

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests. Each test binary uses a part of them.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod exec_plugin;
 pub mod kube_api;
 pub mod prometheus;
 pub mod serve;

@@ -1,0 +1,367 @@
+//! [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
+//! `gke-gcloud-auth-plugin`, `kubelogin`, Teleport, Pinniped) as a token source.
+//!
+//! The plugin is run as client-go runs it: the process's environment plus the configured
+//! `env`, and `KUBERNETES_EXEC_INFO` holding an `ExecCredential` with `spec.interactive`
+//! (and `spec.cluster` when the cluster is provided). It prints an `ExecCredential` of the
+//! same `apiVersion` whose `status.token` becomes the token and whose
+//! `status.expirationTimestamp`, when present, its expiry.
+//!
+//! The store built on it does the rest:
+//! - the plugin runs in a child process (`tokio::process`, no worker blocked), never twice
+//!   at once, with a time limit (60 s by default for this source; the child is killed when
+//!   it runs over);
+//! - a credential with an expiry is fetched again before it expires, by a tenth of its
+//!   lifetime (at least a minute, at most half of it) less a per-token jitter; one without
+//!   an expiry is kept until a server refuses it;
+//! - a 401 runs the plugin again (once per burst of 401s, at most once a second while the
+//!   new token keeps being refused), and with
+//!   [`RetryUnauthorized`](crate::RetryUnauthorized) the request is sent again with the
+//!   new token;
+//! - a failed run (not found, non-zero exit, invalid output, an empty token, the wrong
+//!   `kind` or `apiVersion`) keeps the last good token and is reported with an
+//!   [`ExecError`] that says which.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use bearer_reload::StoreBuilder;
+//! use bearer_reload::source::exec::{ApiVersion, ExecSource, InteractiveMode};
+//!
+//! let credential = r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1",
+//!                      "status":{"token":"abc","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#;
+//! let plugin = ExecSource::new("echo")
+//!     .arg(credential)
+//!     .api_version(ApiVersion::V1)
+//!     .interactive_mode(InteractiveMode::Never);
+//! let store = StoreBuilder::from_source(plugin).load().await?;
+//! assert_eq!(store.current().header_value(), "Bearer abc");
+//! assert!(store.status().expires_at.is_some());
+//! # Ok(()) }
+//! ```
+//!
+//! With the `kube` feature, an `ExecSource` converts from a kubeconfig's
+//! `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`), and
+//! [`bearer_reload::kube`](crate::kube) uses it for every config whose user has an `exec`
+//! section. Credentials that hold a client certificate are refused
+//! ([`ExecError::ClientCertificate`]): that kind of plugin is out of this crate's scope.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::{FetchContext, Fetched, TokenSource};
+
+mod credential;
+mod error;
+#[cfg(feature = "kube")]
+mod from_kube;
+mod redact;
+mod run;
+
+pub use credential::{ApiVersion, ClusterInfo};
+pub use error::ExecError;
+
+use run::Terminal;
+
+/// How long a plugin may run by default: logging in to a cloud provider takes seconds.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The most a plugin may print by default.
+const MAX_OUTPUT: usize = 1024 * 1024;
+
+/// Whether the plugin may talk to the user (a kubeconfig's `interactiveMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum InteractiveMode {
+    /// Never: standard input is empty, standard error is captured for error messages.
+    Never,
+    /// When standard input is a terminal, the plugin shares it (and standard error) and
+    /// may prompt; otherwise as `Never`. The default, as for client-go's `v1beta1`.
+    #[default]
+    IfAvailable,
+    /// The plugin needs a terminal: without one it is not run, and the fetch fails with
+    /// [`ExecError::NeedsTerminal`] at once rather than hang.
+    Always,
+}
+
+/// An exec credential plugin (see the [module docs](self)).
+///
+/// Built by hand with [`ExecSource::new`] and its setters, or (feature `kube`) from a
+/// kubeconfig's `ExecConfig` with `ExecSource::try_from(&exec)`.
+#[derive(Clone)]
+pub struct ExecSource {
+    command: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    drop_env: Vec<OsString>,
+    api_version: ApiVersion,
+    interactive: InteractiveMode,
+    install_hint: Option<String>,
+    cluster: Option<ClusterInfo>,
+    max_output: usize,
+    /// Whether standard input is a terminal: `None` asks the OS at each run.
+    stdin_terminal: Option<bool>,
+}
+
+impl fmt::Debug for ExecSource {
+    /// The command, its arguments and the names of its variables: values of `env` may be
+    /// secrets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
+        f.debug_struct("ExecSource")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &env)
+            .field("api_version", &self.api_version)
+            .field("interactive", &self.interactive)
+            .field("provide_cluster_info", &self.cluster.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecSource {
+    /// The plugin `command`: a name looked up on `PATH`, or a path. Defaults: no
+    /// arguments, `apiVersion` `client.authentication.k8s.io/v1`,
+    /// [`InteractiveMode::IfAvailable`], no cluster info, output up to 1 MiB.
+    pub fn new(command: impl Into<PathBuf>) -> Self {
+        Self {
+            command: command.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            drop_env: Vec::new(),
+            api_version: ApiVersion::default(),
+            interactive: InteractiveMode::default(),
+            install_hint: None,
+            cluster: None,
+            max_output: MAX_OUTPUT,
+            stdin_terminal: None,
+        }
+    }
+
+    /// One more argument.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// More arguments.
+    pub fn args<I: IntoIterator<Item = A>, A: Into<OsString>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// A variable set for the plugin, over the process's own environment (later ones win).
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// A variable of the process's environment not passed to the plugin (kube's
+    /// `drop_env`).
+    pub fn drop_env(mut self, name: impl Into<OsString>) -> Self {
+        self.drop_env.push(name.into());
+        self
+    }
+
+    /// The `apiVersion` of the `ExecCredential` the plugin is given and must answer in.
+    pub fn api_version(mut self, version: ApiVersion) -> Self {
+        self.api_version = version;
+        self
+    }
+
+    /// Whether the plugin may use the terminal (default [`InteractiveMode::IfAvailable`]).
+    pub fn interactive_mode(mut self, mode: InteractiveMode) -> Self {
+        self.interactive = mode;
+        self
+    }
+
+    /// What to tell the user when the command is not found (`brew install aws-iam-authenticator`).
+    pub fn install_hint(mut self, hint: impl Into<String>) -> Self {
+        self.install_hint = Some(redact::strip_escapes(&hint.into()));
+        self
+    }
+
+    /// Tells the plugin about the cluster, in `KUBERNETES_EXEC_INFO`'s `spec.cluster`
+    /// (a kubeconfig's `provideClusterInfo: true`).
+    pub fn cluster(mut self, cluster: ClusterInfo) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// The most the plugin may print, in bytes (default 1 MiB): a run that prints more is
+    /// refused, and the plugin killed, as soon as it does.
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
+        self
+    }
+
+    /// Resolves a relative command that contains a path separator (`./bin/auth`,
+    /// `bin/auth`) against `dir`, the directory of the kubeconfig that names it, as kubectl
+    /// does; a bare name (`aws`) stays a `PATH` lookup. `kube::config::Kubeconfig::read_from`
+    /// has already done this for configs it reads.
+    pub fn resolve_against(mut self, dir: impl AsRef<Path>) -> Self {
+        let has_separator = self.command.components().count() > 1;
+        if has_separator && self.command.is_relative() {
+            let joined = dir.as_ref().join(&self.command);
+            self.command = std::path::absolute(&joined).unwrap_or(joined);
+        }
+        self
+    }
+
+    /// The command.
+    pub fn command(&self) -> &Path {
+        &self.command
+    }
+
+    /// Whether standard input counts as a terminal, instead of asking the OS (tests).
+    #[cfg(test)]
+    pub(crate) fn stdin_terminal(mut self, is_terminal: bool) -> Self {
+        self.stdin_terminal = Some(is_terminal);
+        self
+    }
+
+    fn name(&self) -> String {
+        self.command.display().to_string()
+    }
+
+    fn terminal(&self) -> Result<Terminal, ExecError> {
+        let is_terminal = self
+            .stdin_terminal
+            .unwrap_or_else(|| std::io::stdin().is_terminal());
+        match (self.interactive, is_terminal) {
+            (InteractiveMode::Never, _) | (InteractiveMode::IfAvailable, false) => {
+                Ok(Terminal::Detached)
+            }
+            (_, true) => Ok(Terminal::Shared),
+            (InteractiveMode::Always, false) => Err(ExecError::NeedsTerminal {
+                command: self.name(),
+            }),
+        }
+    }
+
+    fn command_line(&self, terminal: Terminal) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.command);
+        cmd.args(&self.args);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        for name in &self.drop_env {
+            cmd.env_remove(name);
+        }
+        let info = credential::exec_info(
+            self.api_version,
+            terminal == Terminal::Shared,
+            self.cluster.as_ref(),
+        );
+        cmd.env("KUBERNETES_EXEC_INFO", info);
+        cmd
+    }
+
+    async fn run(&self) -> Result<Fetched, ExecError> {
+        let name = self.name();
+        let terminal = self.terminal()?;
+        let exited = run::run(
+            self.command_line(terminal),
+            &name,
+            terminal,
+            self.max_output,
+        )
+        .await
+        .map_err(|e| match e {
+            ExecError::NotFound { command, .. } => ExecError::NotFound {
+                command,
+                install_hint: self.install_hint.clone(),
+            },
+            e => e,
+        })?;
+        if !exited.status.success() {
+            return Err(ExecError::Exit {
+                command: name,
+                status: describe_status(exited.status),
+                stderr: exited.stderr,
+            });
+        }
+        let credential = credential::parse(&exited.stdout, self.api_version, &name)?;
+        let fetched = Fetched::new(credential.token);
+        Ok(match credential.expires_at {
+            Some(at) => fetched.expires_at(at),
+            None => fetched,
+        })
+    }
+}
+
+/// `exited with status 1`, `was killed by signal 9`.
+fn describe_status(status: std::process::ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    format!("ended abnormally ({status})")
+}
+
+impl TokenSource for ExecSource {
+    type Error = ExecError;
+
+    async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, ExecError> {
+        self.run().await
+    }
+
+    fn describe(&self) -> String {
+        format!("exec plugin {}", self.name())
+    }
+
+    /// A digest of everything that makes a run: the command, its arguments and
+    /// environment, the version, the mode and the cluster. Clients built from one
+    /// kubeconfig user share one store and one run of the plugin, as client-go's
+    /// authenticator cache does. The values of `env` only enter the digest.
+    fn share_key(&self) -> Option<String> {
+        let mut digest = Sha256::new();
+        let mut put = |bytes: &[u8]| {
+            digest.update((bytes.len() as u64).to_le_bytes());
+            digest.update(bytes);
+        };
+        put(self.command.as_os_str().as_encoded_bytes());
+        for arg in &self.args {
+            put(arg.as_encoded_bytes());
+        }
+        put(b"env");
+        for (name, value) in &self.env {
+            put(name.as_encoded_bytes());
+            put(value.as_encoded_bytes());
+        }
+        put(b"drop_env");
+        for name in &self.drop_env {
+            put(name.as_encoded_bytes());
+        }
+        let cluster = self.cluster.as_ref().map(|c| format!("{c:?}"));
+        let rest = format!(
+            "{:?} {:?} {} {:?}",
+            self.api_version, self.interactive, self.max_output, cluster
+        );
+        put(rest.as_bytes());
+        let hex: String = digest.finalize()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Some(format!("exec {} {hex}", self.name()))
+    }
+
+    /// 60 s: a plugin may log in to a cloud provider before it answers. Raise it with
+    /// [`read_timeout`](crate::StoreBuilder::read_timeout) for a plugin that waits for
+    /// the user (a browser login, a device code).
+    fn default_read_timeout(&self) -> Duration {
+        READ_TIMEOUT
+    }
+}
+
+#[cfg(test)]
+mod tests;

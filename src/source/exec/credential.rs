@@ -1,0 +1,219 @@
+//! The `ExecCredential` documents of `client.authentication.k8s.io`: the one a plugin is
+//! given in `KUBERNETES_EXEC_INFO`, and the one it prints.
+//!
+//! The printed document is read as a [`serde_json::Value`] and its fields picked by hand,
+//! so that no error message can quote a value from it: serde's typed errors would
+//! ("invalid type: string \"…\"").
+
+use std::fmt;
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+use super::ExecError;
+
+/// The `apiVersion` of the `ExecCredential` exchanged with the plugin. The plugin must
+/// answer in the version it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ApiVersion {
+    /// `client.authentication.k8s.io/v1`.
+    #[default]
+    V1,
+    /// `client.authentication.k8s.io/v1beta1`.
+    V1Beta1,
+}
+
+impl ApiVersion {
+    /// The version as a kubeconfig spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiVersion::V1 => "client.authentication.k8s.io/v1",
+            ApiVersion::V1Beta1 => "client.authentication.k8s.io/v1beta1",
+        }
+    }
+
+    /// The version named `s`, if it is one of the two that Kubernetes still serves
+    /// (`v1alpha1` was removed in 1.24).
+    pub fn parse(s: &str) -> Option<Self> {
+        [ApiVersion::V1, ApiVersion::V1Beta1]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+}
+
+impl fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The cluster a plugin is told about when the kubeconfig says `provideClusterInfo: true`
+/// (the `spec.cluster` of `KUBERNETES_EXEC_INFO`, as client-go fills it).
+///
+/// ```
+/// use bearer_reload::source::exec::ClusterInfo;
+///
+/// let mut cluster = ClusterInfo::new("https://10.0.0.1:6443");
+/// cluster.certificate_authority_data = Some(b"-----BEGIN CERTIFICATE-----...".to_vec());
+/// # let _ = cluster;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ClusterInfo {
+    /// `server`: the API server's URL.
+    pub server: String,
+    /// `tls-server-name`.
+    pub tls_server_name: Option<String>,
+    /// `insecure-skip-tls-verify`.
+    pub insecure_skip_tls_verify: bool,
+    /// `certificate-authority-data` (PEM bytes; base64 in the document).
+    pub certificate_authority_data: Option<Vec<u8>>,
+    /// `proxy-url`.
+    pub proxy_url: Option<String>,
+    /// `disable-compression`.
+    pub disable_compression: bool,
+    /// `config`: the cluster's `client.authentication.k8s.io/exec` extension, passed
+    /// through as it is.
+    pub config: Option<Value>,
+}
+
+impl ClusterInfo {
+    /// A cluster at `server`, with nothing else set.
+    pub fn new(server: impl Into<String>) -> Self {
+        Self {
+            server: server.into(),
+            ..Self::default()
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut cluster = Map::new();
+        cluster.insert("server".into(), json!(self.server));
+        let mut put = |key: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                cluster.insert(key.into(), value);
+            }
+        };
+        put(
+            "tls-server-name",
+            self.tls_server_name.as_ref().map(|s| json!(s)),
+        );
+        put(
+            "insecure-skip-tls-verify",
+            self.insecure_skip_tls_verify.then_some(json!(true)),
+        );
+        put(
+            "certificate-authority-data",
+            self.certificate_authority_data
+                .as_ref()
+                .map(|ca| json!(base64::engine::general_purpose::STANDARD.encode(ca))),
+        );
+        put("proxy-url", self.proxy_url.as_ref().map(|s| json!(s)));
+        put(
+            "disable-compression",
+            self.disable_compression.then_some(json!(true)),
+        );
+        put("config", self.config.clone());
+        Value::Object(cluster)
+    }
+}
+
+/// The `KUBERNETES_EXEC_INFO` document: `spec.interactive` always, `spec.cluster` when
+/// the cluster is provided.
+pub(super) fn exec_info(
+    api_version: ApiVersion,
+    interactive: bool,
+    cluster: Option<&ClusterInfo>,
+) -> String {
+    let mut spec = json!({ "interactive": interactive });
+    if let Some(cluster) = cluster {
+        spec["cluster"] = cluster.to_json();
+    }
+    json!({
+        "kind": "ExecCredential",
+        "apiVersion": api_version.as_str(),
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// What a plugin's credential holds, once checked.
+pub(super) struct Credential {
+    pub(super) token: String,
+    pub(super) expires_at: Option<SystemTime>,
+}
+
+/// Reads a plugin's standard output as an `ExecCredential` of `api_version`, in the order
+/// client-go checks it: the document, its kind and version, its status, then the token.
+pub(super) fn parse(
+    stdout: &[u8],
+    api_version: ApiVersion,
+    command: &str,
+) -> Result<Credential, ExecError> {
+    let command = || command.to_owned();
+    let doc: Value = serde_json::from_slice(stdout).map_err(|e| ExecError::InvalidJson {
+        command: command(),
+        // Line and column only: serde_json's syntax errors quote no input.
+        reason: e.to_string(),
+    })?;
+    let Value::Object(doc) = doc else {
+        return Err(ExecError::InvalidJson {
+            command: command(),
+            reason: "the document is not a JSON object".into(),
+        });
+    };
+    let field = |name: &str| doc.get(name).and_then(Value::as_str).map(shown);
+    if doc.get("kind").and_then(Value::as_str) != Some("ExecCredential") {
+        return Err(ExecError::WrongKind {
+            command: command(),
+            found: field("kind"),
+        });
+    }
+    if doc.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str()) {
+        return Err(ExecError::WrongApiVersion {
+            command: command(),
+            expected: api_version,
+            found: field("apiVersion"),
+        });
+    }
+    let Some(Value::Object(status)) = doc.get("status") else {
+        return Err(ExecError::MissingStatus { command: command() });
+    };
+    let present = |name: &str| match status.get(name) {
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Null) | None => false,
+        Some(_) => true,
+    };
+    if present("clientCertificateData") || present("clientKeyData") {
+        return Err(ExecError::ClientCertificate { command: command() });
+    }
+    let token = match status.get("token") {
+        Some(Value::String(token)) if !token.is_empty() => token.clone(),
+        _ => return Err(ExecError::MissingToken { command: command() }),
+    };
+    let expires_at = match status.get("expirationTimestamp") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(at)) => Some(
+            at.parse::<jiff::Timestamp>()
+                .map(SystemTime::from)
+                .map_err(|_| ExecError::InvalidExpiry { command: command() })?,
+        ),
+        Some(_) => return Err(ExecError::InvalidExpiry { command: command() }),
+    };
+    Ok(Credential { token, expires_at })
+}
+
+/// A value from the plugin's output, fit to be shown in an error: short, and with anything
+/// that looks like a token redacted.
+fn shown(value: &str) -> String {
+    const MAX: usize = 64;
+    let mut value = super::redact::redact(value);
+    if value.len() > MAX {
+        let cut = (0..=MAX).rev().find(|&i| value.is_char_boundary(i));
+        value.truncate(cut.unwrap_or(0));
+        value.push('…');
+    }
+    value
+}

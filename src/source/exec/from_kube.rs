@@ -1,0 +1,110 @@
+//! An [`ExecSource`] from a kubeconfig's `exec` section, as kube reads it (feature `kube`).
+
+use ::kube::config::{ExecAuthCluster, ExecConfig, ExecInteractiveMode};
+
+use super::{ApiVersion, ClusterInfo, ExecError, ExecSource, InteractiveMode};
+
+impl TryFrom<&ExecConfig> for ExecSource {
+    type Error = ExecError;
+
+    /// The plugin a kubeconfig user's `exec` section describes: `command`, `args`, `env`,
+    /// `apiVersion` (`v1` or `v1beta1`), `interactiveMode`, `installHint`, and with
+    /// `provideClusterInfo` the cluster kube's loader put in `cluster`. kube's `drop_env`
+    /// is honoured too.
+    ///
+    /// Fails, naming the command, when there is no command, no or an unknown `apiVersion`,
+    /// an `env` entry without a name, or `provideClusterInfo` without a cluster (a config
+    /// not built by kube's loader).
+    ///
+    /// ```
+    /// use bearer_reload::source::exec::ExecSource;
+    /// use kube::config::ExecConfig;
+    ///
+    /// let exec: ExecConfig = serde_json::from_value(serde_json::json!({
+    ///     "apiVersion": "client.authentication.k8s.io/v1beta1",
+    ///     "command": "aws",
+    ///     "args": ["eks", "get-token", "--cluster-name", "prod"],
+    ///     "env": [{"name": "AWS_PROFILE", "value": "prod"}],
+    ///     "interactiveMode": "Never",
+    /// }))
+    /// .unwrap();
+    /// let source = ExecSource::try_from(&exec).unwrap();
+    /// assert_eq!(source.command(), std::path::Path::new("aws"));
+    /// ```
+    fn try_from(exec: &ExecConfig) -> Result<Self, ExecError> {
+        let command = exec.command.as_deref().unwrap_or_default();
+        let problem = |problem: String| ExecError::Config {
+            command: if command.is_empty() {
+                "(no command)".to_owned()
+            } else {
+                command.to_owned()
+            },
+            problem,
+        };
+        if command.is_empty() {
+            return Err(problem("the exec section has no command".into()));
+        }
+        let api_version = match exec.api_version.as_deref() {
+            None | Some("") => {
+                return Err(problem(format!(
+                    "the exec section has no apiVersion (use {} or {})",
+                    ApiVersion::V1,
+                    ApiVersion::V1Beta1
+                )));
+            }
+            Some(v) => ApiVersion::parse(v).ok_or_else(|| {
+                problem(format!(
+                    "apiVersion {v:?} is not supported (use {} or {})",
+                    ApiVersion::V1,
+                    ApiVersion::V1Beta1
+                ))
+            })?,
+        };
+        let mut source = ExecSource::new(command)
+            .args(exec.args.iter().flatten())
+            .api_version(api_version)
+            .interactive_mode(match exec.interactive_mode {
+                Some(ExecInteractiveMode::Never) => InteractiveMode::Never,
+                Some(ExecInteractiveMode::Always) => InteractiveMode::Always,
+                Some(ExecInteractiveMode::IfAvailable) | None => InteractiveMode::IfAvailable,
+            });
+        for entry in exec.env.iter().flatten() {
+            let Some(name) = entry.get("name").filter(|n| !n.is_empty()) else {
+                return Err(problem("an env entry has no name".into()));
+            };
+            let value = entry.get("value").map(String::as_str).unwrap_or_default();
+            source = source.env(name, value);
+        }
+        for name in exec.drop_env.iter().flatten() {
+            source = source.drop_env(name);
+        }
+        if let Some(hint) = exec.install_hint.as_deref().filter(|h| !h.is_empty()) {
+            source = source.install_hint(hint);
+        }
+        if exec.provide_cluster_info {
+            let Some(cluster) = &exec.cluster else {
+                return Err(problem(
+                    "provideClusterInfo is set but the config holds no cluster info \
+                     (build the config with kube's kubeconfig loader)"
+                        .into(),
+                ));
+            };
+            source = source.cluster(ClusterInfo::from(cluster));
+        }
+        Ok(source)
+    }
+}
+
+impl From<&ExecAuthCluster> for ClusterInfo {
+    fn from(cluster: &ExecAuthCluster) -> Self {
+        ClusterInfo {
+            server: cluster.server.clone().unwrap_or_default(),
+            tls_server_name: cluster.tls_server_name.clone(),
+            insecure_skip_tls_verify: cluster.insecure_skip_tls_verify.unwrap_or(false),
+            certificate_authority_data: cluster.certificate_authority_data.clone(),
+            proxy_url: cluster.proxy_url.clone(),
+            disable_compression: false,
+            config: cluster.config.clone(),
+        }
+    }
+}

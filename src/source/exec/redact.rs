@@ -1,0 +1,139 @@
+//! What of a plugin's standard error may go into an error message: its tail, cut, with
+//! anything that looks like a token taken out.
+//!
+//! A plugin that fails often says why on stderr ("token expired, run `aws sso login`"),
+//! and sometimes echoes a token or a refresh token while doing so. A run of 16 or more
+//! characters of the token68 alphabet (`A-Z a-z 0-9 - . _ ~ + / =`: base64, base64url,
+//! JWTs, hex) that holds a digit, or both upper- and lowercase letters, is replaced by
+//! `[redacted]`. Plain words and lowercase paths stay readable; a path with digits or
+//! capitals in it is redacted too, which costs a little context and never a secret.
+
+/// Stderr bytes kept for an error message: the last 2 KiB.
+pub(super) const STDERR_TAIL: usize = 2048;
+
+/// The shortest run of token characters that is redacted.
+const MIN_SECRET: usize = 16;
+
+const REDACTED: &str = "[redacted]";
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~' | '+' | '/' | '=')
+}
+
+/// `text` with every run of token characters that looks like a secret replaced.
+pub(crate) fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if looks_secret(run) {
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if is_token_char(c) {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+fn looks_secret(run: &str) -> bool {
+    if run.len() < MIN_SECRET || is_api_version(run) {
+        return false;
+    }
+    let has = |f: fn(&char) -> bool| run.chars().any(|c| f(&c));
+    has(char::is_ascii_digit) || (has(char::is_ascii_uppercase) && has(char::is_ascii_lowercase))
+}
+
+/// `group/vN`, `group/vNalphaM`, `group/vNbetaM` in lowercase
+/// (`client.authentication.k8s.io/v1beta1`): what plugins complain about, never a secret.
+pub(super) fn is_api_version(s: &str) -> bool {
+    let Some((group, version)) = s.rsplit_once('/') else {
+        return false;
+    };
+    let group_ok = group
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    let Some(rest) = version.strip_prefix('v') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let (major, pre) = match rest.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let pre_ok = pre.is_empty()
+        || ["alpha", "beta"]
+            .iter()
+            .any(|p| pre.strip_prefix(p).is_some_and(digits));
+    group_ok && digits(major) && pre_ok
+}
+
+/// The last [`STDERR_TAIL`] bytes of a stream, kept while it is read.
+#[derive(Default)]
+pub(super) struct Tail {
+    bytes: Vec<u8>,
+    cut: bool,
+}
+
+impl Tail {
+    pub(super) fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend_from_slice(chunk);
+        if self.bytes.len() > STDERR_TAIL {
+            let extra = self.bytes.len() - STDERR_TAIL;
+            self.bytes.drain(..extra);
+            self.cut = true;
+        }
+    }
+
+    /// The tail as text fit for an error: trimmed, control characters (terminal escapes)
+    /// dropped, secrets redacted. When the stream was cut, the partial line or word at the
+    /// cut is dropped too, so that the end of a token cut in two never shows.
+    pub(super) fn into_message(self) -> String {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let mut text: &str = &text;
+        if self.cut {
+            text = text
+                .find(|c: char| !is_token_char(c))
+                .map_or("", |i| &text[i..]);
+        }
+        let clean = redact(strip_escapes(text).trim());
+        if self.cut {
+            format!("…{clean}")
+        } else {
+            clean
+        }
+    }
+}
+
+/// `text` without terminal escape sequences (colours, cursor moves), other control
+/// characters but newlines turned into spaces.
+pub(super) fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => {
+                // CSI: ESC [ parameters... final byte in '@'..='~'; else ESC and one char.
+                if chars.next() == Some('[') {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+            }
+            '\n' => out.push('\n'),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}

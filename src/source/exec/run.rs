@@ -1,0 +1,106 @@
+//! One run of a plugin: spawn it, read its standard output up to a cap and the tail of its
+//! standard error, wait for it.
+//!
+//! Everything here is asynchronous (`tokio::process`): no worker is blocked while a plugin
+//! runs, and when the store drops a run that took too long, the child is dropped with it
+//! and killed (`kill_on_drop`).
+
+use std::io;
+use std::process::{ExitStatus, Stdio};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::ExecError;
+use super::redact::Tail;
+
+/// Whether the plugin gets the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Terminal {
+    /// Standard input and standard error are the process's own: the plugin may prompt.
+    Shared,
+    /// Standard input is empty and standard error is captured for the error message.
+    Detached,
+}
+
+/// What a run that exited left behind.
+pub(super) struct Exited {
+    pub(super) status: ExitStatus,
+    pub(super) stdout: Vec<u8>,
+    /// The redacted tail of stderr; `None` when it went to the terminal.
+    pub(super) stderr: Option<String>,
+}
+
+/// Runs `cmd` (its name `command` for errors), refusing more than `max_output` bytes of
+/// standard output.
+pub(super) async fn run(
+    mut cmd: Command,
+    command: &str,
+    terminal: Terminal,
+    max_output: usize,
+) -> Result<Exited, ExecError> {
+    let io_error = |source: io::Error| ExecError::Io {
+        command: command.to_owned(),
+        source,
+    };
+    cmd.stdout(Stdio::piped()).kill_on_drop(true);
+    match terminal {
+        Terminal::Shared => cmd.stdin(Stdio::inherit()).stderr(Stdio::inherit()),
+        Terminal::Detached => cmd.stdin(Stdio::null()).stderr(Stdio::piped()),
+    };
+    let mut child = cmd.spawn().map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => ExecError::NotFound {
+            command: command.to_owned(),
+            install_hint: None,
+        },
+        _ => ExecError::Start {
+            command: command.to_owned(),
+            source,
+        },
+    })?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take();
+    let read_stdout = async {
+        read_capped(stdout, max_output)
+            .await
+            .map_err(io_error)?
+            .ok_or_else(|| ExecError::OutputTooLarge {
+                command: command.to_owned(),
+                max: max_output,
+            })
+    };
+    let read_stderr = async {
+        match stderr {
+            Some(stderr) => read_tail(stderr).await.map(Some).map_err(io_error),
+            None => Ok(None),
+        }
+    };
+    // An oversize output ends the run at once: the child is dropped, and killed, here.
+    let (stdout, stderr) = tokio::try_join!(read_stdout, read_stderr)?;
+    let status = child.wait().await.map_err(io_error)?;
+    Ok(Exited {
+        status,
+        stdout,
+        stderr: stderr.map(Tail::into_message),
+    })
+}
+
+/// Reads `r` to its end; `None` as soon as it holds more than `max` bytes.
+async fn read_capped(r: impl AsyncRead + Unpin, max: usize) -> io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    r.take(limit).read_to_end(&mut bytes).await?;
+    Ok((bytes.len() <= max).then_some(bytes))
+}
+
+/// Reads `r` to its end, keeping only its tail.
+async fn read_tail(mut r: impl AsyncRead + Unpin) -> io::Result<Tail> {
+    let mut tail = Tail::default();
+    let mut buf = [0u8; 4096];
+    loop {
+        match r.read(&mut buf).await? {
+            0 => return Ok(tail),
+            n => tail.push(&buf[..n]),
+        }
+    }
+}

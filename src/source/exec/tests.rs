@@ -1,0 +1,505 @@
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::source::Trigger;
+
+const V1: &str = "client.authentication.k8s.io/v1";
+const V1BETA1: &str = "client.authentication.k8s.io/v1beta1";
+/// Looks like a JWT: must never reach an error message.
+const SECRET: &str = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlMTIz";
+
+/// Writes an executable `#!/bin/sh` script `name` in `dir`.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A plugin that prints `doc` (written to a file beside it) and counts its runs.
+fn printing(dir: &Path, doc: &Value) -> ExecSource {
+    std::fs::write(dir.join("out.json"), doc.to_string()).unwrap();
+    let body = format!(
+        "echo run >> '{d}/runs'\ncat '{d}/out.json'",
+        d = dir.display()
+    );
+    ExecSource::new(script(dir, "plugin", &body)).interactive_mode(InteractiveMode::Never)
+}
+
+fn credential(api: &str, status: Value) -> Value {
+    json!({"kind": "ExecCredential", "apiVersion": api, "status": status})
+}
+
+fn runs(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("runs"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+async fn fetch(source: &ExecSource) -> Result<Fetched, ExecError> {
+    source
+        .fetch(FetchContext::new(Trigger::Call, 64 * 1024))
+        .await
+}
+
+#[tokio::test]
+async fn runs_the_plugin_with_its_args_env_and_exec_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let body = format!(
+        "printf '%s\\n' \"$@\" > '{d}/args'\n\
+         printf '%s' \"$KUBERNETES_EXEC_INFO\" > '{d}/info'\n\
+         printf '%s|%s' \"$REGION\" \"$HOME\" > '{d}/env'\n\
+         echo '{{\"kind\":\"ExecCredential\",\"apiVersion\":\"{V1}\",\
+         \"status\":{{\"token\":\"tok-1\",\"expirationTimestamp\":\"2099-01-02T03:04:05Z\"}}}}'"
+    );
+    let mut cluster = ClusterInfo::new("https://10.0.0.1:6443");
+    cluster.certificate_authority_data = Some(b"baz".to_vec());
+    cluster.tls_server_name = Some("kubernetes".into());
+    cluster.config = Some(json!({"audience": "snorlax"}));
+    let source = ExecSource::new(script(dir.path(), "plugin", &body))
+        .args(["eks", "get-token"])
+        .arg("--cluster-name=prod")
+        .env("REGION", "eu-west-1")
+        .drop_env("HOME")
+        .interactive_mode(InteractiveMode::Never)
+        .cluster(cluster);
+    let fetched = fetch(&source).await.unwrap();
+    assert_eq!(fetched.bytes(), b"tok-1");
+    let exp: jiff::Timestamp = "2099-01-02T03:04:05Z".parse().unwrap();
+    assert_eq!(fetched.expiry(), Some(SystemTime::from(exp)));
+
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    assert_eq!(read("args"), "eks\nget-token\n--cluster-name=prod\n");
+    assert_eq!(read("env"), "eu-west-1|", "REGION set, HOME dropped");
+    // client-go's "beta-with-cluster-and-provide-cluster-info-is-serialized", in v1.
+    let info: Value = serde_json::from_str(&read("info")).unwrap();
+    assert_eq!(
+        info,
+        json!({
+            "kind": "ExecCredential",
+            "apiVersion": V1,
+            "spec": {
+                "cluster": {
+                    "server": "https://10.0.0.1:6443",
+                    "tls-server-name": "kubernetes",
+                    "certificate-authority-data": "YmF6",
+                    "config": {"audience": "snorlax"},
+                },
+                "interactive": false,
+            },
+        })
+    );
+}
+
+#[test]
+fn exec_info_without_a_cluster_is_client_gos_basic_request() {
+    let info: Value =
+        serde_json::from_str(&credential::exec_info(ApiVersion::V1Beta1, false, None)).unwrap();
+    let expected = r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1beta1","spec":{"interactive":false}}"#;
+    assert_eq!(info, serde_json::from_str::<Value>(expected).unwrap());
+}
+
+#[tokio::test]
+async fn v1beta1_is_accepted_and_the_version_must_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = credential(V1BETA1, json!({"token": "beta"}));
+    let source = printing(dir.path(), &doc).api_version(ApiVersion::V1Beta1);
+    let fetched = fetch(&source).await.unwrap();
+    assert_eq!(fetched.bytes(), b"beta");
+    assert_eq!(fetched.expiry(), None, "no expiry: kept until a 401");
+
+    let err = fetch(&source.api_version(ApiVersion::V1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecError::WrongApiVersion { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!(
+            "configured for apiVersion {V1} but printed \"{V1BETA1}\""
+        )),
+        "{msg}"
+    );
+}
+
+/// Each broken credential, and the error that names it.
+#[tokio::test]
+async fn a_broken_credential_gets_an_error_that_says_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(Value, &str); 8] = [
+        (
+            json!([SECRET]),
+            "invalid JSON: the document is not a JSON object",
+        ),
+        (
+            json!({"kind": "Secret", "apiVersion": V1, "status": {"token": SECRET}}),
+            "printed kind \"Secret\", not ExecCredential",
+        ),
+        (
+            json!({"apiVersion": V1, "status": {"token": SECRET}}),
+            "printed kind none",
+        ),
+        (credential(V1, Value::Null), "without a status"),
+        (
+            credential(V1, json!({"token": ""})),
+            "without a token (status.token)",
+        ),
+        (
+            credential(V1, json!({"expirationTimestamp": "2099-01-01T00:00:00Z"})),
+            "without a token",
+        ),
+        (
+            credential(
+                V1,
+                json!({"token": SECRET, "expirationTimestamp": "tomorrow"}),
+            ),
+            "not an RFC 3339 time",
+        ),
+        (
+            credential(
+                V1,
+                json!({"clientCertificateData": "cert", "clientKeyData": SECRET}),
+            ),
+            "returned a client certificate",
+        ),
+    ];
+    for (doc, want) in cases {
+        let source = printing(dir.path(), &doc);
+        let msg = fetch(&source).await.unwrap_err().to_string();
+        assert!(
+            msg.starts_with(&format!("exec plugin {}", source.command().display())),
+            "{msg}"
+        );
+        assert!(msg.contains(want), "{doc}: {msg}");
+        assert!(!msg.contains("c2lnbmF0dXJl"), "{msg}");
+    }
+    std::fs::write(dir.path().join("out.json"), "{\"kind\": ").unwrap();
+    let err = fetch(&printing_raw(dir.path())).await.unwrap_err();
+    assert!(matches!(err, ExecError::InvalidJson { .. }), "{err:?}");
+    assert!(err.to_string().contains("EOF while parsing"), "{err}");
+    // A kind that is a token is redacted.
+    let doc = json!({"kind": SECRET, "apiVersion": V1});
+    let msg = fetch(&printing(dir.path(), &doc))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("printed kind \"[redacted]\""), "{msg}");
+}
+
+/// The plugin of `printing`, printing `out.json` as it is.
+fn printing_raw(dir: &Path) -> ExecSource {
+    let body = format!("cat '{}/out.json'", dir.display());
+    ExecSource::new(script(dir, "raw", &body)).interactive_mode(InteractiveMode::Never)
+}
+
+#[tokio::test]
+async fn a_failing_plugin_reports_its_status_and_its_stderr_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = format!(
+        "echo 'error: refresh token {SECRET} has expired' >&2\n\
+         echo '\x1b[31mrun `aws sso login --profile prod`\x1b[0m' >&2\n\
+         exit 3"
+    );
+    let source = ExecSource::new(script(dir.path(), "failing", &body))
+        .interactive_mode(InteractiveMode::Never);
+    let err = fetch(&source).await.unwrap_err();
+    let command = source.command().display();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "exec plugin {command} exited with status 3; stderr: error: refresh token \
+             [redacted] has expired\nrun `aws sso login --profile prod`"
+        )
+    );
+
+    let killed = ExecSource::new(script(dir.path(), "killed", "kill -9 $$"))
+        .interactive_mode(InteractiveMode::Never);
+    let msg = fetch(&killed).await.unwrap_err().to_string();
+    assert!(msg.ends_with("was killed by signal 9 (no stderr)"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_long_stderr_keeps_its_tail_and_never_half_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    // Noise, a long token, then exactly 2044 bytes: the 2 KiB tail begins with the token's
+    // last 4 characters, "MTIz", which alone look like nothing.
+    let body = format!(
+        "i=0; while [ $i -lt 200 ]; do echo 'progress: still working on it' >&2; i=$((i+1)); done\n\
+         i=0; while [ $i -lt 20 ]; do printf '%s' '{SECRET}' >&2; i=$((i+1)); done\n\
+         printf '\\n' >&2\n\
+         i=0; while [ $i -lt 168 ]; do printf 'detail line\\n' >&2; i=$((i+1)); done\n\
+         printf 'fatal: the session is gone\\n' >&2\nexit 1"
+    );
+    assert!(SECRET.ends_with("MTIz"));
+    let source = ExecSource::new(script(dir.path(), "noisy", &body))
+        .interactive_mode(InteractiveMode::Never);
+    let msg = fetch(&source).await.unwrap_err().to_string();
+    assert!(
+        msg.ends_with("detail line\nfatal: the session is gone"),
+        "{msg}"
+    );
+    assert!(msg.contains("stderr: …detail line\n"), "{msg}");
+    assert!(msg.len() < redact::STDERR_TAIL + 200, "{}", msg.len());
+    assert!(!msg.contains("MTIz") && !msg.contains("eyJ"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_command_not_found_shows_the_install_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-plugin");
+    let source =
+        ExecSource::new(&missing).install_hint("\x1b[1mbrew install no-such-plugin\x1b[0m\n");
+    let err = fetch(&source).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "exec plugin {} not found; brew install no-such-plugin",
+            missing.display()
+        )
+    );
+    let bare = ExecSource::new("bearer-reload-no-such-plugin");
+    let err = fetch(&bare).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "exec plugin bearer-reload-no-such-plugin not found"
+    );
+
+    // Not executable: found, but cannot start.
+    let path = dir.path().join("not-executable");
+    std::fs::write(&path, "#!/bin/sh\n").unwrap();
+    let err = fetch(&ExecSource::new(&path)).await.unwrap_err();
+    assert!(matches!(err, ExecError::Start { .. }), "{err:?}");
+    assert!(err.to_string().contains("could not be started"), "{err}");
+}
+
+#[tokio::test]
+async fn output_over_the_cap_is_refused_without_waiting_for_the_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    // Prints 4 KiB, then would run for ten minutes: the run ends at the cap.
+    let body = "head -c 4096 /dev/zero | tr '\\0' 'a'\nexec sleep 600";
+    let source = ExecSource::new(script(dir.path(), "chatty", body))
+        .interactive_mode(InteractiveMode::Never)
+        .max_output(1024);
+    let started = Instant::now();
+    let err = fetch(&source).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "exec plugin {} printed more than 1024 bytes; refused",
+            source.command().display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn interactive_always_without_a_terminal_fails_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = credential(V1, json!({"token": "t"}));
+    let source = printing(dir.path(), &doc).interactive_mode(InteractiveMode::Always);
+    let err = fetch(&source.clone().stdin_terminal(false))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecError::NeedsTerminal { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("needs a terminal (interactiveMode: Always)")
+    );
+    assert_eq!(runs(dir.path()), 0, "the plugin was not run");
+
+    // With a terminal it runs, told that it is interactive; IfAvailable without one runs
+    // detached, Never always does.
+    let info = |mode, terminal| {
+        let s = ExecSource::new("x")
+            .interactive_mode(mode)
+            .stdin_terminal(terminal);
+        s.terminal().unwrap()
+    };
+    assert_eq!(info(InteractiveMode::Always, true), Terminal::Shared);
+    assert_eq!(info(InteractiveMode::IfAvailable, true), Terminal::Shared);
+    assert_eq!(
+        info(InteractiveMode::IfAvailable, false),
+        Terminal::Detached
+    );
+    assert_eq!(info(InteractiveMode::Never, true), Terminal::Detached);
+}
+
+#[test]
+fn a_relative_command_with_a_separator_resolves_against_the_kubeconfig_directory() {
+    let dir = Path::new("/home/me/.kube");
+    let resolve = |c: &str| ExecSource::new(c).resolve_against(dir).command().to_owned();
+    assert_eq!(
+        resolve("./bin/auth"),
+        Path::new("/home/me/.kube/./bin/auth")
+    );
+    assert_eq!(resolve("bin/auth"), Path::new("/home/me/.kube/bin/auth"));
+    assert_eq!(
+        resolve("aws"),
+        Path::new("aws"),
+        "a bare name stays a PATH lookup"
+    );
+    assert_eq!(resolve("/usr/bin/aws"), Path::new("/usr/bin/aws"));
+}
+
+#[test]
+fn share_key_and_debug_never_show_env_values() {
+    let source = ExecSource::new("aws")
+        .arg("eks")
+        .env("AWS_SECRET_ACCESS_KEY", "hunter2-secret");
+    let key = source.share_key().unwrap();
+    assert!(!key.contains("hunter2"), "{key}");
+    assert_eq!(source.clone().share_key().unwrap(), key);
+    let other = ExecSource::new("aws")
+        .arg("eks")
+        .env("AWS_SECRET_ACCESS_KEY", "other");
+    assert_ne!(other.share_key().unwrap(), key);
+    let debug = format!("{source:?}");
+    assert!(
+        debug.contains("AWS_SECRET_ACCESS_KEY") && !debug.contains("hunter2"),
+        "{debug}"
+    );
+    assert_eq!(source.describe(), "exec plugin aws");
+    assert_eq!(source.default_read_timeout(), Duration::from_secs(60));
+    assert_eq!(source.default_refresh_interval(), None);
+}
+
+#[test]
+fn redaction_takes_out_what_looks_like_a_token_and_keeps_words() {
+    let r = redact::redact;
+    assert_eq!(
+        r(&format!("token {SECRET} expired")),
+        "token [redacted] expired"
+    );
+    assert_eq!(
+        r("k8s-aws-v1.aHR0cHM6Ly9zdHMuYW1hem9uYXdzLmNvbS8"),
+        "[redacted]"
+    );
+    assert_eq!(
+        r("abcdef.0123456789abcdef"),
+        "[redacted]",
+        "a bootstrap token"
+    );
+    assert_eq!(r("0123456789abcdef0123"), "[redacted]", "hex");
+    assert_eq!(
+        r("error: could not reach /usr/local/bin/authenticator"),
+        "error: could not reach /usr/local/bin/authenticator"
+    );
+    assert_eq!(
+        r("short Ab1 words-only-here-lowercase"),
+        "short Ab1 words-only-here-lowercase"
+    );
+    assert_eq!(
+        r("apiVersion client.authentication.k8s.io/v1alpha1 is not supported"),
+        "apiVersion client.authentication.k8s.io/v1alpha1 is not supported"
+    );
+    assert_eq!(r("abc.io/v1beta1x0123456789"), "[redacted]");
+}
+
+#[tokio::test]
+async fn the_expiry_is_the_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = UNIX_EPOCH + Duration::from_secs(4_102_444_800); // 2100-01-01
+    let doc = credential(
+        V1,
+        json!({"token": "t", "expirationTimestamp": "2100-01-01T00:00:00Z"}),
+    );
+    assert_eq!(
+        fetch(&printing(dir.path(), &doc)).await.unwrap().expiry(),
+        Some(at)
+    );
+    let doc = credential(
+        V1,
+        json!({"token": "t", "expirationTimestamp": "2100-01-01T01:00:00+01:00"}),
+    );
+    assert_eq!(
+        fetch(&printing(dir.path(), &doc)).await.unwrap().expiry(),
+        Some(at)
+    );
+}
+
+#[cfg(feature = "kube")]
+mod from_kube {
+    use ::kube::config::ExecConfig;
+
+    use super::*;
+
+    fn exec(value: Value) -> ExecConfig {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_kubeconfig_exec_section_becomes_a_source() {
+        let mut config = exec(json!({
+            "apiVersion": V1BETA1,
+            "command": "aws",
+            "args": ["eks", "get-token"],
+            "env": [{"name": "AWS_PROFILE", "value": "prod"}, {"name": "EMPTY"}],
+            "installHint": "install the aws cli",
+            "interactiveMode": "Never",
+            "provideClusterInfo": true,
+        }));
+        config.cluster = Some(::kube::config::ExecAuthCluster {
+            server: Some("https://k".into()),
+            certificate_authority_data: Some(b"ca".to_vec()),
+            ..Default::default()
+        });
+        let source = ExecSource::try_from(&config).unwrap();
+        assert_eq!(source.command(), Path::new("aws"));
+        assert_eq!(source.args, ["eks", "get-token"]);
+        assert_eq!(
+            source.env,
+            [
+                ("AWS_PROFILE".into(), "prod".into()),
+                ("EMPTY".into(), "".into())
+            ]
+        );
+        assert_eq!(source.api_version, ApiVersion::V1Beta1);
+        assert_eq!(source.interactive, InteractiveMode::Never);
+        assert_eq!(source.install_hint.as_deref(), Some("install the aws cli"));
+        let cluster = source.cluster.unwrap();
+        assert_eq!(
+            (cluster.server.as_str(), cluster.certificate_authority_data),
+            ("https://k", Some(b"ca".to_vec()))
+        );
+    }
+
+    #[test]
+    fn an_unusable_exec_section_is_an_error_naming_the_command() {
+        let cases = [
+            (
+                json!({"apiVersion": V1}),
+                "exec plugin (no command): the exec section has no command",
+            ),
+            (
+                json!({"command": "aws"}),
+                "exec plugin aws: the exec section has no apiVersion",
+            ),
+            (
+                json!({"command": "aws", "apiVersion": "client.authentication.k8s.io/v1alpha1"}),
+                "apiVersion \"client.authentication.k8s.io/v1alpha1\" is not supported",
+            ),
+            (
+                json!({"command": "aws", "apiVersion": V1, "env": [{"value": "x"}]}),
+                "exec plugin aws: an env entry has no name",
+            ),
+            (
+                json!({"command": "aws", "apiVersion": V1, "provideClusterInfo": true}),
+                "provideClusterInfo is set but the config holds no cluster info",
+            ),
+        ];
+        for (config, want) in cases {
+            let msg = ExecSource::try_from(&exec(config.clone()))
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains(want), "{config}: {msg}");
+        }
+    }
+}

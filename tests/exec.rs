@@ -1,0 +1,395 @@
+//! Exec credential plugins against a local HTTPS Kubernetes-like API server: a real plugin
+//! (a shell script that prints the credential the test wrote and counts its runs), a
+//! kubeconfig read the way kube reads it, and a server that revokes tokens when the test
+//! says. `bearer_reload::kube` side by side with kube's own exec handling.
+
+mod support;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bearer_reload::kube::{ClientOptions, ReloadingClient, client_with};
+use bearer_reload::source::ExecError;
+use bearer_reload::{LoadError, Options, Reloaded, StoreBuilder, TokenStore};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use support::exec_plugin::{Plugin, process_gone};
+use support::kube_api::KubeApi;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const NS: &str = "team-a";
+
+async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(DEADLINE, f).await.expect("deadline")
+}
+
+/// What `kube` makes of a kubeconfig file.
+async fn config_from(path: &Path) -> Config {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
+
+/// The config of a kubeconfig whose user runs `plugin` against `server`.
+async fn config_for(plugin: &Plugin, server: &KubeApi) -> Config {
+    config_from(&plugin.kubeconfig(&server.url(), server.ca_pem(), NS)).await
+}
+
+/// A client built by `bearer_reload::kube` with `options`, and its store.
+async fn reloading(
+    config: Config,
+    options: impl Into<ClientOptions>,
+) -> (Api<ConfigMap>, TokenStore) {
+    let ReloadingClient { client, store, .. } = client_with(config, options).await.unwrap();
+    let store = store.expect("an exec config has a store");
+    (Api::default_namespaced(client), store)
+}
+
+async fn list(api: &Api<ConfigMap>) -> Result<(), kube::Error> {
+    within(api.list(&ListParams::default())).await.map(drop)
+}
+
+fn api_code(result: &Result<(), kube::Error>) -> Option<u16> {
+    match result {
+        Err(kube::Error::Api(status)) => Some(status.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_runs_before_the_token_expires_without_a_single_401() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    let loaded = SystemTime::now();
+    let expires = loaded + Duration::from_secs(10);
+    plugin.issue("one", Some(expires));
+    server.accept_only("one");
+    let (api, store) = reloading(config_for(&plugin, &server).await, Options::new()).await;
+    assert_eq!(plugin.runs(), 1, "one run per client build");
+    list(&api).await.unwrap();
+
+    // The plugin would now hand out a new token; the old one stays valid until it expires.
+    plugin.issue("two", Some(loaded + Duration::from_secs(600)));
+    server.accept_also("two");
+    let mut generations = store.subscribe();
+    within(generations.wait_for(|&g| g >= 2)).await.unwrap();
+    let rotated = SystemTime::now();
+    // A 10 s credential is refreshed at half its lifetime (the margin is capped there):
+    // never early, and well before it expires.
+    let after = rotated.duration_since(loaded).unwrap();
+    assert!(after >= Duration::from_secs(4), "refreshed after {after:?}");
+    assert!(
+        rotated < expires,
+        "refreshed {after:?} after load, past the expiry"
+    );
+    assert_eq!(plugin.runs(), 2);
+
+    server.accept_only("two");
+    list(&api).await.unwrap();
+    assert_eq!(
+        server.refused(),
+        0,
+        "the timer was first: no request was refused"
+    );
+    assert_eq!(store.status().unauthorized.seen, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_never_recovers() {
+    let server = KubeApi::start().await;
+    let (ours, theirs) = (Plugin::new(), Plugin::new());
+    for plugin in [&ours, &theirs] {
+        plugin.issue("one", None);
+    }
+    server.accept_only("one");
+    let (api, store) = reloading(config_for(&ours, &server).await, Options::new()).await;
+    let kube_client = Client::try_from(config_for(&theirs, &server).await).unwrap();
+    let kube_api: Api<ConfigMap> = Api::default_namespaced(kube_client);
+    let kube_build_runs = theirs.runs();
+    assert_eq!(ours.runs(), 1, "one run per client build");
+    list(&api).await.unwrap();
+    list(&kube_api).await.unwrap();
+
+    // A second client of the same config shares the store: no run at all.
+    let (_again, again_store) = reloading(config_for(&ours, &server).await, Options::new()).await;
+    assert!(again_store.ptr_eq(&store));
+    assert_eq!(ours.runs(), 1);
+
+    // The plugin's token rotates and the server revokes the old one at once.
+    for plugin in [&ours, &theirs] {
+        plugin.issue("two", None);
+    }
+    server.accept_only("two");
+
+    // Ours: the 401 runs the plugin, and the request is sent again with the new token.
+    list(&api).await.unwrap();
+    assert_eq!(ours.runs(), 2);
+    assert_eq!(store.generation(), 2);
+    let status = store.status();
+    assert_eq!(
+        (
+            status.unauthorized.seen,
+            status.unauthorized.retries_succeeded
+        ),
+        (1, 1)
+    );
+    list(&api).await.unwrap();
+
+    // kube's own: the token without an expiry is a static header; the 401 goes back and
+    // the plugin is never run again.
+    for _ in 0..3 {
+        assert_eq!(api_code(&list(&kube_api).await), Some(401));
+    }
+    assert_eq!(
+        theirs.runs(),
+        kube_build_runs,
+        "kube never re-ran its plugin"
+    );
+    eprintln!("kube ran its plugin {kube_build_runs} times to build one client; ours once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_401s_run_the_plugin_once() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    plugin.issue("one", None);
+    server.accept_only("one");
+    // The burst crosses TLS handshakes on a busy debug build: give "one burst" room.
+    let options = Options::new().unauthorized_reload_interval(Duration::from_secs(10));
+    let (api, store) = reloading(config_for(&plugin, &server).await, options).await;
+    let api = Arc::new(api);
+    let burst = |api: Arc<Api<ConfigMap>>| {
+        (0..100)
+            .map(|_| {
+                let api = api.clone();
+                tokio::spawn(async move { list(&api).await })
+            })
+            .collect::<Vec<_>>()
+    };
+    // Warm up: open the connections the burst will use.
+    for task in burst(api.clone()) {
+        task.await.unwrap().unwrap();
+    }
+
+    plugin.hold();
+    plugin.issue("two", None);
+    server.accept_only("two");
+    let before = server.requests();
+    let tasks = burst(api.clone());
+    // All 100 are refused while the one run they started is held.
+    server.wait_requests(before + 100, DEADLINE).await;
+    plugin.wait_runs(2, DEADLINE).await;
+    assert_eq!(server.refused(), 100);
+    plugin.release();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(plugin.runs(), 2, "load + one run for the whole burst");
+    let status = store.status();
+    assert_eq!(status.unauthorized.seen, 100);
+    assert_eq!(status.unauthorized.reloads, 1);
+    assert_eq!(status.unauthorized.retries_succeeded, 100);
+    assert_eq!(server.refused(), 100, "every retry carried the new token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_plugin_never_blocks_requests_that_have_a_valid_token() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    plugin.issue("one", None);
+    server.accept_only("one");
+    let (api, store) = reloading(config_for(&plugin, &server).await, Options::new()).await;
+
+    plugin.hold();
+    let reload = tokio::spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    plugin.wait_runs(2, DEADLINE).await;
+    // The run is held; requests with the current token go through meanwhile, each quickly.
+    for _ in 0..20 {
+        let started = Instant::now();
+        list(&api).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert!(!reload.is_finished(), "the run is still held");
+    assert_eq!(plugin.runs(), 2);
+
+    plugin.issue("two", None);
+    server.accept_also("two");
+    plugin.release();
+    let reloaded = within(reload).await.unwrap().unwrap();
+    assert_eq!(reloaded, Reloaded::Rotated { from: 1, to: 2 });
+    server.accept_only("two");
+    list(&api).await.unwrap();
+    assert_eq!(server.refused(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_plugin_keeps_the_last_good_token() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    plugin.issue("one", None);
+    server.accept_only("one");
+    let (api, store) = reloading(config_for(&plugin, &server).await, Options::new()).await;
+    let command = plugin.command().display().to_string();
+
+    let secret = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJib2IifQ.c2lnbmF0dXJlNDU2";
+    plugin.fail(&format!("error: refresh token {secret} was revoked\n"));
+    let err = store.reload().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "exec plugin {command} exited with status 1; stderr: error: refresh token [redacted] was revoked"
+        )
+    );
+    assert!(matches!(err.downcast_ref(), Some(ExecError::Exit { .. })));
+    plugin.heal();
+
+    // Output that is no credential: each is refused with its reason, and the token stays.
+    let bad = [
+        ("not json", "printed invalid JSON"),
+        (
+            r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1","status":{"token":""}}"#,
+            "without a token",
+        ),
+        (
+            r#"{"kind":"Secret","apiVersion":"client.authentication.k8s.io/v1","status":{"token":"x"}}"#,
+            "printed kind \"Secret\"",
+        ),
+        (
+            r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1beta1","status":{"token":"x"}}"#,
+            "configured for apiVersion client.authentication.k8s.io/v1 but printed",
+        ),
+    ];
+    for (output, reason) in bad {
+        plugin.print(output);
+        let msg = store.reload().await.unwrap_err().to_string();
+        assert!(
+            msg.starts_with(&format!("exec plugin {command} ")) && msg.contains(reason),
+            "{msg}"
+        );
+    }
+    let status = store.status();
+    assert_eq!((status.generation, status.failures), (1, 5));
+    let last = status.last_error.unwrap().to_string();
+    assert!(last.contains("apiVersion"), "{last}");
+    assert!(!format!("{:?}", store.status()).contains(secret));
+    list(&api).await.unwrap();
+    assert!(server.tokens().iter().all(|t| t == "one"));
+
+    plugin.issue("two", None);
+    assert_eq!(
+        store.reload().await.unwrap(),
+        Reloaded::Rotated { from: 1, to: 2 }
+    );
+    assert!(store.status().last_error.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_plugin_times_out_is_killed_and_holds_nothing_up() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    plugin.issue("one", None);
+    server.accept_only("one");
+    let options = Options::new().read_timeout(Duration::from_secs(1));
+    let (api, store) = reloading(config_for(&plugin, &server).await, options).await;
+
+    plugin.hang();
+    let started = Instant::now();
+    let err = within(store.reload()).await.unwrap_err();
+    assert!(matches!(err, LoadError::Timeout { .. }), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "fetching the token from exec plugin {} took longer than 1s",
+            plugin.command().display()
+        )
+    );
+    // The child was killed with the dropped run.
+    let pid = plugin.hung_pid().expect("the hung run wrote its pid");
+    let until = Instant::now() + DEADLINE;
+    while !process_gone(pid) {
+        assert!(Instant::now() < until, "plugin {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(store.generation(), 1);
+    list(&api).await.unwrap();
+
+    // The next run is not held up by the one that hung.
+    plugin.unhang();
+    plugin.issue("two", None);
+    server.accept_also("two");
+    assert_eq!(
+        within(store.reload()).await.unwrap(),
+        Reloaded::Rotated { from: 1, to: 2 }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_built_by_hand_runs_a_plugin_too() {
+    let plugin = Plugin::new();
+    plugin.issue(
+        "by-hand",
+        Some(SystemTime::now() + Duration::from_secs(3600)),
+    );
+    let store = StoreBuilder::from_source(plugin.source())
+        .load()
+        .await
+        .unwrap();
+    assert_eq!(store.current().header_value(), "Bearer by-hand");
+    let status = store.status();
+    assert!(status.expires_at.is_some());
+    assert_eq!(
+        status.source,
+        format!("exec plugin {}", plugin.command().display())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_returns_a_client_certificate_gets_kubes_own_client() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["alice".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let credential = serde_json::json!({
+        "kind": "ExecCredential",
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "status": {"clientCertificateData": cert.pem(), "clientKeyData": key.serialize_pem()},
+    });
+    plugin.print(&credential.to_string());
+    let config = config_for(&plugin, &server).await;
+    let built = client_with(config, Options::new()).await.unwrap();
+    assert!(built.store.is_none(), "kube's own client");
+    assert!(
+        plugin.runs() >= 2,
+        "ours ran once and refused it; kube ran it for its client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_is_not_installed_fails_the_build_with_its_install_hint() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    let mut config = config_for(&plugin, &server).await;
+    let exec = config.auth_info.exec.as_mut().unwrap();
+    exec.command = Some("/nonexistent/kubectl-oidc_login".into());
+    let err = client_with(config, Options::new()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "exec plugin /nonexistent/kubectl-oidc_login not found; the test writes this plugin"
+    );
+}
