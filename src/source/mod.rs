@@ -53,6 +53,8 @@ use std::path::Path;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
+use crate::clock::Clock;
+
 mod file;
 mod func;
 
@@ -172,12 +174,30 @@ pub struct FetchContext {
     /// The largest token the store accepts, in bytes: a source that reads a stream (a file,
     /// a process's output) can stop reading one byte past it.
     pub max_size: usize,
+    clock: Clock,
 }
 
 impl FetchContext {
     /// A context for `trigger` and `max_size` (for calling a source by hand, in tests).
     pub fn new(trigger: Trigger, max_size: usize) -> Self {
-        Self { trigger, max_size }
+        Self {
+            trigger,
+            max_size,
+            clock: Clock::System,
+        }
+    }
+
+    /// The same context on the store's clock.
+    pub(crate) fn on(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The wall-clock time now, as the store reads it: a source that works out dates from
+    /// the present (when to refresh a token the server dated) uses it, so that it agrees
+    /// with the store (and with a test's simulated clock).
+    pub fn now(&self) -> SystemTime {
+        self.clock.now()
     }
 }
 
