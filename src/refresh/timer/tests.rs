@@ -351,6 +351,8 @@ fn moments_of_a_projected_token() {
 struct Minting {
     start: Instant,
     ttl: Option<Duration>,
+    /// Asks to be fetched again this long after each fetch.
+    refresh_in: Option<Duration>,
     failing: Arc<Mutex<bool>>,
     fetches: Arc<Mutex<Vec<Duration>>>,
 }
@@ -371,11 +373,14 @@ impl crate::source::TokenSource for Minting {
         if *self.failing.lock().unwrap() {
             return Err(std::io::Error::other("the token service is down"));
         }
-        let fetched = crate::source::Fetched::new(format!("minted-{n}"));
-        Ok(match self.ttl {
-            Some(ttl) => fetched.expires_at(wall(0) + elapsed + ttl),
-            None => fetched,
-        })
+        let mut fetched = crate::source::Fetched::new(format!("minted-{n}"));
+        if let Some(ttl) = self.ttl {
+            fetched = fetched.expires_at(wall(0) + elapsed + ttl);
+        }
+        if let Some(after) = self.refresh_in {
+            fetched = fetched.refresh_at(wall(0) + elapsed + after);
+        }
+        Ok(fetched)
     }
 
     fn describe(&self) -> String {
@@ -388,6 +393,7 @@ impl Minting {
         Self {
             start: Instant::now(),
             ttl,
+            refresh_in: None,
             failing: Arc::default(),
             fetches: Arc::default(),
         }
@@ -399,7 +405,8 @@ impl Minting {
     }
 
     async fn store(&self, period: Option<Duration>) -> TokenStore {
-        let builder = crate::StoreBuilder::from_source(self.clone()).clock(Clock::tokio_from(wall(0)));
+        let builder =
+            crate::StoreBuilder::from_source(self.clone()).clock(Clock::tokio_from(wall(0)));
         let builder = match period {
             Some(p) => builder.refresh_interval(Some(p)),
             None => builder,
@@ -439,7 +446,11 @@ async fn a_token_without_an_expiry_from_such_a_source_is_kept_until_asked() {
     let source = Minting::new(None);
     let store = source.store(None).await;
     tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
-    assert_eq!(source.fetches().len(), 1, "no period, no dates: nothing to refresh on");
+    assert_eq!(
+        source.fetches().len(),
+        1,
+        "no period, no dates: nothing to refresh on"
+    );
     store.reload().await.unwrap();
     assert_eq!(source.fetches().len(), 2);
 }
@@ -460,4 +471,63 @@ async fn a_failed_read_is_retried_sooner_with_a_backoff_up_to_the_period() {
     let fetches = source.fetches();
     assert_times(&fetches[want.len()..], &[303.0, 363.0]);
     assert!(store.status().last_error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_never_waits_past_halfway_to_the_expiry() {
+    let (warnings, _guard) = Warnings::capture();
+    let mut source = Minting::new(Some(Duration::from_secs(600)));
+    source.refresh_in = Some(Duration::from_secs(480));
+    let store = source.store(None).await;
+    *source.failing.lock().unwrap() = true;
+    tokio::time::sleep(Duration::from_secs(590)).await;
+    // 1 s, 2 s, 4 s ... from the refresh point at 480 s, each wait cut to half of what
+    // the token has left: never a minute-long wait across the expiry.
+    let want = [
+        0.0, 480.0, 481.0, 483.0, 487.0, 495.0, 511.0, 543.0, 571.5, 585.75,
+    ];
+    assert_times(&source.fetches(), &want);
+    // The source is back at 590 s: read before the token expires at 600 s.
+    *source.failing.lock().unwrap() = false;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(store.generation(), 2, "{:?}", source.fetches());
+    assert_times(&source.fetches()[want.len()..], &[592.875]);
+    assert!(store.status().last_error.is_none());
+    assert_eq!(store.status().freshness, Freshness::Fresh);
+    assert!(warnings.times(EXPIRED).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_expiry_the_backoff_runs_on_uncut_and_the_status_says_expired() {
+    // Captured also so that this thread never registers the warning's callsite as
+    // uninteresting while another test listens for it.
+    let (warnings, _guard) = Warnings::capture();
+    let mut source = Minting::new(Some(Duration::from_secs(600)));
+    source.refresh_in = Some(Duration::from_secs(480));
+    let store = source.store(None).await;
+    *source.failing.lock().unwrap() = true;
+    tokio::time::sleep(Duration::from_secs(1800)).await;
+    // Cut to half of what is left, down to a second apart, then a read at the expiry;
+    // after it the backoff (here at its five-minute cap) runs on: no read loop.
+    let want = [
+        0.0, 480.0, 481.0, 483.0, 487.0, 495.0, 511.0, 543.0, 571.5, 585.75, 592.875, 596.438,
+        598.219, 599.219, 600.0, 900.0, 1200.0, 1500.0,
+    ];
+    assert_times(&source.fetches(), &want);
+    let status = store.status();
+    assert_eq!(status.freshness, Freshness::Expired);
+    assert!(status.last_error.is_some());
+    assert_times(&warnings.times(EXPIRED), &[600.0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_that_asks_again_at_once_gets_the_backoff_not_a_loop() {
+    // Every token asks to be fetched again at once (the kubelet's rule for a token issued
+    // after our clock's now).
+    let mut source = Minting::new(Some(Duration::from_secs(3600)));
+    source.refresh_in = Some(Duration::ZERO);
+    let store = source.store(None).await;
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_times(&source.fetches(), &[0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 63.0]);
+    assert_eq!(store.generation(), 7);
 }
