@@ -57,9 +57,16 @@ use crate::clock::Clock;
 
 mod file;
 mod func;
+#[cfg(feature = "kube")]
+mod token_request;
 
 pub use file::{FileError, FileSource};
 pub use func::{FnSource, LoaderError};
+#[cfg(feature = "kube")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
+pub use token_request::{
+    BoundObject, InvalidTokenRequest, TokenRequestBuilder, TokenRequestError, TokenRequestSource,
+};
 
 /// How often a file (or a closure) is read again by default.
 pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
