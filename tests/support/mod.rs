@@ -4,6 +4,8 @@
 pub mod kube_api;
 pub mod serve;
 pub mod server;
+pub mod sim;
+pub mod token_request;
 
 use std::path::{Path, PathBuf};
 
