@@ -244,8 +244,10 @@ impl<S> StoreBuilder<S> {
     ///     .load()
     ///     .await
     ///     .unwrap();
+    /// // An hour passes for the store's dates and its timer alike, at once.
     /// tokio::time::advance(Duration::from_secs(3600)).await;
-    /// # let _ = store;
+    /// assert_eq!(store.current().header_value(), "Bearer abc");
+    /// # }
     /// ```
     #[cfg(feature = "testing")]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

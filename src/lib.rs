@@ -23,8 +23,9 @@
 //! Data flows one way: **source → token → store → layer → request**.
 //!
 //! - [`source`]: where the bytes come from. The [`TokenSource`](source::TokenSource) trait,
-//!   and its implementations for a file ([`FileSource`](source::FileSource)) and an async
-//!   closure ([`FnSource`](source::FnSource)).
+//!   and its implementations for a file ([`FileSource`](source::FileSource)), an async
+//!   closure ([`FnSource`](source::FnSource)) and, with feature `kube`, the TokenRequest API
+//!   (`TokenRequestSource`: audience-bound service-account tokens).
 //! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
 //!   the token says about itself ([`TokenKind`]: a JWT's claims, a bootstrap token's id).
 //! - [`store`]: the current token behind an `ArcSwap` ([`TokenStore`]); single-flight

@@ -10,7 +10,9 @@
 //! Provided here:
 //! - [`FileSource`]: a token file (a projected service-account token, a kubeconfig
 //!   `tokenFile`, a Vault agent sink), built by [`TokenFile`](crate::TokenFile);
-//! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader).
+//! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader);
+//! - `TokenRequestSource` (feature `kube`): audience-bound service-account tokens from the
+//!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
 //!
 //! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
 //! client-credentials flow) and build a store with [`StoreBuilder::from_source`]:

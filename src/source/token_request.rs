@@ -1,48 +1,6 @@
 //! [`TokenRequestSource`]: audience-bound service-account tokens from the Kubernetes
-//! TokenRequest API, refreshed the way the kubelet refreshes them (feature `kube`).
-//!
-//! A workload that calls Vault, or another service that checks a token's audience, asks the
-//! API server for a token of a service account with that audience
-//! (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`). This source makes that
-//! request with a [`kube::Client`](::kube::Client); the store built on it keeps the token
-//! fresh:
-//!
-//! - **Refresh**: each token asks to be fetched again at the kubelet's point (its
-//!   TokenManager's `requiresRefresh`): `exp − 20% of the TTL − jitter` or
-//!   `iat + 24 h − jitter`, whichever comes first, jitter 0–9 s; at once when the clock is
-//!   before `iat`. The store's timer fetches then, in the background: no request waits for
-//!   the API.
-//! - **Failures** (403, 404, 5xx, timeouts) never replace a token that is still valid; the
-//!   timer retries after 1 s, 2 s, 4 s ..., never waiting past half the time the token has
-//!   left, and the store's [`status`](crate::TokenStore::status) shows the error, and
-//!   `Freshness::Expired` once the token has expired.
-//! - **401**: with [`RetryUnauthorized`](crate::RetryUnauthorized) (or the plain layer's
-//!   reload), a token the server refuses is replaced at once, by a new request: this source
-//!   keeps no cache of its own, so a revoked token (a service account deleted and created
-//!   again, kubernetes#132802) is never handed out again.
-//! - **Sharing**: sources for the same cluster, namespace, service account, audiences,
-//!   `expirationSeconds` and bound object have one [`share_key`](TokenSource::share_key):
-//!   every store built on them with the same options is one store, so two layers that ask
-//!   for the same audience cause one API call per refresh window, not two.
-//!
-//! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use bearer_reload::{BearerLayer, RetryUnauthorized, StoreBuilder};
-//! use bearer_reload::source::TokenRequestSource;
-//!
-//! let config = kube::Config::infer().await?;
-//! let client = kube::Client::try_from(config.clone())?;
-//! let source = TokenRequestSource::builder(client, &config.cluster_url)
-//!     .service_account("payments")   // in the client's default namespace
-//!     .audience("vault")
-//!     .expiration(Duration::from_secs(600))
-//!     .build()?;
-//! let store = StoreBuilder::from_source(source).load().await?;
-//! let layer = BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::new());
-//! // ServiceBuilder::new().layer(layer).service(http_client_to_vault) ...
-//! # let _ = layer; Ok(()) }
-//! ```
+//! TokenRequest API, refreshed the way the kubelet refreshes them (feature `kube`). The
+//! type's docs say how.
 
 use std::fmt;
 use std::sync::Arc;
@@ -61,11 +19,56 @@ mod wire;
 pub use builder::{BoundObject, TokenRequestBuilder};
 pub use error::{InvalidTokenRequest, TokenRequestError};
 
-/// Tokens of a service account from the TokenRequest API; see the [module docs](self).
+/// Tokens of a service account from the Kubernetes TokenRequest API, refreshed the way the
+/// kubelet refreshes them.
 ///
-/// Built by [`TokenRequestSource::builder`]; a store is built on it with
-/// [`StoreBuilder::from_source`](crate::StoreBuilder::from_source). Every fetch is one API
-/// call: the store is the cache.
+/// A workload that calls Vault, or another service that checks a token's audience, asks the
+/// API server for a token of a service account with that audience
+/// (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`). This source makes that
+/// request with a [`kube::Client`](::kube::Client); the store built on it keeps the token
+/// fresh:
+///
+/// - **Refresh**: each token asks to be fetched again at the kubelet's point (its
+///   TokenManager's `requiresRefresh`): `exp − 20% of the TTL − jitter` or
+///   `iat + 24 h − jitter`, whichever comes first, jitter 0–9 s; at once when the clock is
+///   before `iat`. The store's timer fetches then, in the background: no request waits for
+///   the API.
+/// - **Failures** (403, 404, 5xx, timeouts) never replace a token that is still valid; the
+///   timer retries after 1 s, 2 s, 4 s ..., never waiting past half the time the token has
+///   left, and the store's [`status`](crate::TokenStore::status) shows the error, and
+///   `Freshness::Expired` once the token has expired. kube's own retry of 429/503/504 (on
+///   by default in `kube::Config`) runs inside each fetch until the store's `read_timeout`
+///   ends it: turn it off (`default_retry = false`) to leave retries to the store.
+/// - **401**: with [`RetryUnauthorized`](crate::RetryUnauthorized) (or the plain layer's
+///   reload), a token the server refuses is replaced at once, by a new request: this source
+///   keeps no cache of its own, so a revoked token (a service account deleted and created
+///   again, kubernetes#132802) is never handed out again.
+/// - **Sharing**: sources for the same cluster, namespace, service account, audiences,
+///   `expirationSeconds` and bound object have one [`share_key`](TokenSource::share_key):
+///   every store built on them with the same options is one store, so two layers that ask
+///   for the same audience cause one API call per refresh window, not two.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use bearer_reload::{BearerLayer, RetryUnauthorized, StoreBuilder};
+/// use bearer_reload::source::TokenRequestSource;
+///
+/// let config = kube::Config::infer().await?;
+/// let client = kube::Client::try_from(config.clone())?;
+/// let source = TokenRequestSource::builder(client, &config.cluster_url)
+///     .service_account("payments")   // in the client's default namespace
+///     .audience("vault")
+///     .expiration(Duration::from_secs(600))
+///     .build()?;
+/// let store = StoreBuilder::from_source(source).load().await?;
+/// let layer = BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::new());
+/// // ServiceBuilder::new().layer(layer).service(http_client_to_vault) ...
+/// # let _ = layer; Ok(()) }
+/// ```
+///
+/// Built by [`TokenRequestSource::builder`]; every fetch is one API call: the store is the
+/// cache.
 #[derive(Clone)]
 pub struct TokenRequestSource {
     client: Client,
