@@ -127,14 +127,14 @@ fn due_at_once(token: &Token) -> bool {
     token.refresh_at().is_some_and(|at| at <= token.loaded_at())
 }
 
-/// The wait before the next attempt: the `backoff`, but no later than halfway to the
-/// token's expiry (and at least [`FIRST_RETRY`]) while it has not expired.
+/// The wait before the next attempt: the `backoff`, but while the token has not expired no
+/// later than halfway to its expiry (a cut that stops at [`FIRST_RETRY`]).
 fn retry_wait(backoff: Duration, token: &Token, now: SystemTime) -> Duration {
     match token
         .expires_at()
         .and_then(|exp| exp.duration_since(now).ok())
     {
-        Some(left) if !left.is_zero() => backoff.min(left / 2).max(FIRST_RETRY),
+        Some(left) if !left.is_zero() => backoff.min((left / 2).max(FIRST_RETRY)),
         _ => backoff,
     }
 }

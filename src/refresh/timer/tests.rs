@@ -333,6 +333,27 @@ async fn no_warning_for_a_healthy_rotating_file() {
 }
 
 #[test]
+fn the_cut_to_half_of_the_time_left_never_lengthens_a_backoff() {
+    let token = crate::token::Token::parse(b"opaque", 64)
+        .unwrap()
+        .with_source_dates(wall(0), Some(wall(600)), None);
+    let at = |secs: f64| wall(0) + Duration::from_secs_f64(secs);
+    let wait = |backoff: Duration, now: f64| super::retry_wait(backoff, &token, at(now));
+    let minute = Duration::from_secs(64);
+    assert_eq!(wait(minute, 543.0), Duration::from_secs_f64(28.5));
+    assert_eq!(
+        wait(minute, 599.5),
+        Duration::from_secs(1),
+        "cut no shorter than 1 s"
+    );
+    assert_eq!(wait(minute, 600.0), minute, "expired: uncut");
+    assert_eq!(wait(minute, 100.0), minute, "far from the expiry: uncut");
+    // A store with a short period backs off below a second: the cut keeps it so.
+    let short = Duration::from_millis(50);
+    assert_eq!(wait(short, 599.5), short);
+}
+
+#[test]
 fn moments_of_a_projected_token() {
     let token = |jwt: String| crate::token::Token::parse(jwt.as_bytes(), 1 << 16).unwrap();
     let t = token(projected(0, TTL, None));
