@@ -241,6 +241,45 @@ impl<S> StoreBuilder<S> {
         self.clock = clock;
         self
     }
+
+    /// Simulated time for tests (feature `testing`): the store reads the wall-clock time as
+    /// `origin` plus the tokio time elapsed since `start`, instead of the system clock.
+    ///
+    /// Token dates are wall-clock dates, while tokio's paused clock
+    /// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause`) moves only its own
+    /// `Instant`. With this clock one `tokio::time::advance` moves the timer and the dates the
+    /// store compares expiries to together, so that a test can run a day of refreshes in
+    /// a second. A test server that mints tokens must use the same time
+    /// (`origin + (tokio::time::Instant::now() - start)`). Not meant for production: the
+    /// clock does not enter the key under which stores are shared.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use std::time::{Duration, SystemTime};
+    /// use bearer_reload::TokenLoader;
+    ///
+    /// let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    /// let store = TokenLoader::new("t", || async { Ok::<_, std::io::Error>(b"abc".to_vec()) })
+    ///     .simulated_clock(origin, tokio::time::Instant::now())
+    ///     .load()
+    ///     .await
+    ///     .unwrap();
+    /// // An hour passes for the store's dates and its timer alike, at once.
+    /// tokio::time::advance(Duration::from_secs(3600)).await;
+    /// assert_eq!(store.current().header_value(), "Bearer abc");
+    /// # }
+    /// ```
+    #[cfg(feature = "testing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub fn simulated_clock(
+        mut self,
+        origin: std::time::SystemTime,
+        start: tokio::time::Instant,
+    ) -> Self {
+        self.clock = Clock::tokio(origin, start);
+        self
+    }
 }
 
 impl<S: TokenSource> StoreBuilder<S> {

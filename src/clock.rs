@@ -18,7 +18,7 @@ pub(crate) enum Clock {
     System,
     /// `origin` plus the tokio time elapsed since `start`: under paused tokio time, this
     /// clock moves only when the test advances it.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     Tokio {
         origin: SystemTime,
         start: tokio::time::Instant,
@@ -29,17 +29,20 @@ impl Clock {
     /// A clock that reads `origin` now and then moves with tokio's time.
     #[cfg(test)]
     pub(crate) fn tokio_from(origin: SystemTime) -> Self {
-        Clock::Tokio {
-            origin,
-            start: tokio::time::Instant::now(),
-        }
+        Self::tokio(origin, tokio::time::Instant::now())
+    }
+
+    /// A clock that reads `origin` at tokio's `start` and moves with tokio's time.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn tokio(origin: SystemTime, start: tokio::time::Instant) -> Self {
+        Clock::Tokio { origin, start }
     }
 
     /// The current wall-clock time.
     pub(crate) fn now(&self) -> SystemTime {
         match self {
             Clock::System => SystemTime::now(),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "testing"))]
             Clock::Tokio { origin, start } => *origin + start.elapsed(),
         }
     }

@@ -24,8 +24,9 @@
 //!
 //! - [`source`]: where the bytes come from. The [`TokenSource`](source::TokenSource) trait,
 //!   and its implementations for a file ([`FileSource`](source::FileSource)), a Kubernetes
-//!   exec credential plugin ([`ExecSource`](source::ExecSource)) and an async closure
-//!   ([`FnSource`](source::FnSource)).
+//!   exec credential plugin ([`ExecSource`](source::ExecSource)), an async closure
+//!   ([`FnSource`](source::FnSource)) and, with feature `kube`, the TokenRequest API
+//!   (`TokenRequestSource`: audience-bound service-account tokens).
 //! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
 //!   the token says about itself ([`TokenKind`]: a JWT's claims, a bootstrap token's id).
 //! - [`store`]: the current token behind an `ArcSwap` ([`TokenStore`]); single-flight

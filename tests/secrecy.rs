@@ -1,5 +1,6 @@
 //! No secret in any output: a full rotation scenario (watcher, timer, 401 retry, failing
-//! reads; JWT, bootstrap and opaque tokens) runs with every `tracing` event at TRACE level
+//! reads; JWT, bootstrap and opaque tokens; tokens from the TokenRequest API over HTTPS,
+//! with the requesting client's own token) runs with every `tracing` event at TRACE level
 //! captured, and every public type's `Debug` and `Display` is captured too. No token, no
 //! fragment of one longer than 8 bytes, and no JWT signature may appear anywhere. Alone in
 //! its binary, because it installs the global subscriber.
@@ -19,7 +20,9 @@ use bearer_reload::{
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
+use support::kube_api::{KubeApi, User};
 use support::server::{AuthServer, http1_client, http2_client};
+use support::token_request::{AudienceService, Mode, TokenApi};
 use support::{Logs, eventually, random_bytes, random_hex, wait_for_token};
 use tower::{Layer, ServiceExt};
 
@@ -271,6 +274,8 @@ async fn no_secret_is_ever_logged_or_shown() {
     let tf = TokenFile::new(&plain);
     shown.push_str(&format!("{tf:?}\n"));
 
+    token_request_scenario(&mut secrets, &mut shown).await;
+
     drop((jwt_client, plain_client, jwt_store, plain_store, loaded));
     // Everything the stores started has ended (and logged its end) before the logs are read.
     eventually("every watch released", || {
@@ -281,7 +286,13 @@ async fn no_secret_is_ever_logged_or_shown() {
 
     let logs = capture.text();
     // The scenario really ran: rotations, failures and retries were logged.
-    for needle in ["token rotated", "token reload failed", "TRACE", "DEBUG"] {
+    for needle in [
+        "token rotated",
+        "token reload failed",
+        "TRACE",
+        "DEBUG",
+        "TokenRequest answered",
+    ] {
         assert!(logs.contains(needle), "no {needle:?} in the logs:\n{logs}");
     }
     println!(
@@ -293,4 +304,81 @@ async fn no_secret_is_ever_logged_or_shown() {
     );
     secrets.check(&logs);
     secrets.check(&shown);
+}
+
+/// Tokens from the TokenRequest API over HTTPS (kube's client at TRACE too): minted,
+/// revoked and minted again on a 401, and the API's errors. The requester's own token is a
+/// secret as well.
+async fn token_request_scenario(secrets: &mut Secrets, shown: &mut String) {
+    use bearer_reload::StoreBuilder;
+    use bearer_reload::source::TokenRequestSource;
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+
+    let api = KubeApi::start().await;
+    let requester = opaque();
+    secrets.add(&requester);
+    api.accept_only(&requester);
+    let tokens = TokenApi::install(&api, std::time::SystemTime::now);
+    tokens.add_service_account("team-a", "payments");
+    let user = User {
+        token: Some(&requester),
+        ..User::default()
+    };
+    let kubeconfig = Kubeconfig::read_from(api.kubeconfig_for(&user, "team-a")).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let cluster = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).unwrap();
+    let source = |name: &str| {
+        TokenRequestSource::builder(client.clone(), &cluster)
+            .service_account(name)
+            .audience("vault")
+            .expiration(Duration::from_secs(600))
+    };
+    let builder = source("payments");
+    shown.push_str(&format!("{builder:?} {builder:#?}\n"));
+    let built = builder.build().unwrap();
+    shown.push_str(&format!("{built:?}\n"));
+    let store = StoreBuilder::from_source(built).load().await.unwrap();
+    let minted = |store: &TokenStore, secrets: &mut Secrets| {
+        let value = store.current().header_value().to_str().unwrap()[7..].to_owned();
+        secrets.add(value.rsplit('.').next().unwrap());
+        secrets.add(&value);
+    };
+    minted(&store, secrets);
+    all_shown(shown, &store);
+
+    // Revoked on the service: one 401, a new TokenRequest, the request retried.
+    let vault = AudienceService::start(&tokens, "vault").await;
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client::<http_body_util::Empty<Bytes>>());
+    tokens.recreate_service_account("team-a", "payments");
+    let get = || {
+        Request::get(vault.url("/v1/secret/data/app"))
+            .body(http_body_util::Empty::new())
+            .unwrap()
+    };
+    let res = client.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    minted(&store, secrets);
+    all_shown(shown, &store);
+
+    // The API's errors: an outage, a missing service account.
+    tokens.set_mode(Mode::Fail(StatusCode::INTERNAL_SERVER_ERROR));
+    let error = store.reload().await.unwrap_err();
+    shown.push_str(&format!("{error} {error:?}\n"));
+    all_shown(shown, &store);
+    tokens.set_mode(Mode::Serve);
+    let missing = StoreBuilder::from_source(source("ghost").build().unwrap())
+        .load()
+        .await
+        .unwrap_err();
+    shown.push_str(&format!("{missing} {missing:?}\n"));
+    let invalid = source("payments")
+        .expiration(Duration::from_secs(60))
+        .build()
+        .unwrap_err();
+    shown.push_str(&format!("{invalid} {invalid:?}\n"));
 }

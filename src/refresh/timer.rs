@@ -24,7 +24,11 @@
 //! The moments are recomputed from the current token after every read and every rotation.
 //! A moment further away than the next periodic read waits for it. A failed read is tried
 //! again sooner than the period: after 1 s, then twice as long each time, up to the period
-//! (five minutes without one).
+//! (five minutes without one), and never later than halfway to the current token's expiry
+//! (but at least a second apart), so that a source that comes back before the token
+//! expires is read before it does. A source that asks to be fetched again at once (its
+//! `refresh_at` not after the fetch: a TokenRequest issued by a server whose clock is ahead
+//! of ours) is asked again on the same backoff, never in a loop.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -63,6 +67,7 @@ pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
     let Some(mut rotations) = store.upgrade().map(|s| s.subscribe()) else {
         return;
     };
+    let cap = period.unwrap_or(MAX_RETRY);
     // The wait before each periodic read: the period and a jitter drawn for this timer and
     // this read.
     let timer = TIMERS
@@ -73,11 +78,17 @@ pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
         reads += 1;
         period.map(|p| p + jitter(timer ^ reads, spread(p)))
     };
-    let mut next_tick = periodic().map(|wait| Instant::now() + wait);
     // Moments at or before this one were served: a timer that fires a hair early (the
     // wall clock and tokio's clock are not the same clock) must not serve one twice.
     let mut served: Option<SystemTime> = None;
-    let mut retry: Option<Duration> = None;
+    // The backoff after a failed read (or a token due at once), before `retry_wait`.
+    let mut retry = match store.upgrade() {
+        Some(s) if due_at_once(&s.current()) => Some(FIRST_RETRY),
+        _ => None,
+    };
+    let mut next_tick = retry
+        .or_else(&mut periodic)
+        .map(|wait| Instant::now() + wait);
     loop {
         let (wake, moment) = {
             let Some(current) = store.upgrade().map(|s| s.current()) else {
@@ -116,26 +127,44 @@ pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
             }
         }
         // Failures are reported by the store; the next attempt comes sooner than a period.
-        match store
+        let outcome = store
             .reload(Trigger::Timer, Recency::AfterNow, OnFailure::Report)
-            .await
-        {
+            .await;
+        let Some(current) = store.upgrade().map(|s| s.current()) else {
+            return;
+        };
+        retry = match outcome {
             None => return,
-            Some(Ok(_)) => retry = None,
-            Some(Err(_)) => {
-                let cap = period.unwrap_or(MAX_RETRY);
-                retry = Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(cap));
-            }
-        }
+            Some(Ok(_)) if !due_at_once(&current) => None,
+            Some(_) => Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(cap)),
+        };
         rotations.borrow_and_update();
         if moment.is_some() {
             served = moment;
         }
         // A read just happened: the next periodic one is a full period away (or the retry
         // delay). After a suspended process wakes up this is one re-read, not a burst.
-        next_tick = retry
+        let retry_wait = retry.map(|backoff| retry_wait(backoff, &current, clock.now()));
+        next_tick = retry_wait
             .or_else(&mut periodic)
             .map(|wait| Instant::now() + wait);
+    }
+}
+
+/// Whether the source asked for `token` to be fetched again at once.
+fn due_at_once(token: &Token) -> bool {
+    token.refresh_at().is_some_and(|at| at <= token.loaded_at())
+}
+
+/// The wait before the next attempt: the `backoff`, but while the token has not expired no
+/// later than halfway to its expiry (a cut that stops at [`FIRST_RETRY`]).
+fn retry_wait(backoff: Duration, token: &Token, now: SystemTime) -> Duration {
+    match token
+        .expires_at()
+        .and_then(|exp| exp.duration_since(now).ok())
+    {
+        Some(left) if !left.is_zero() => backoff.min((left / 2).max(FIRST_RETRY)),
+        _ => backoff,
     }
 }
 

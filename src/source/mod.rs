@@ -13,6 +13,8 @@
 //! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader);
 //! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
 //!   `kubelogin`, ...), see [`exec`].
+//! - `TokenRequestSource` (feature `kube`): audience-bound service-account tokens from the
+//!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
 //!
 //! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
 //! client-credentials flow) and build a store with [`StoreBuilder::from_source`]:
@@ -56,12 +58,21 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 pub mod exec;
+use crate::clock::Clock;
+
 mod file;
 mod func;
+#[cfg(feature = "kube")]
+mod token_request;
 
 pub use exec::{ExecError, ExecSource};
 pub use file::{FileError, FileSource};
 pub use func::{FnSource, LoaderError};
+#[cfg(feature = "kube")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
+pub use token_request::{
+    BoundObject, InvalidTokenRequest, TokenRequestBuilder, TokenRequestError, TokenRequestSource,
+};
 
 /// How often a file (or a closure) is read again by default.
 pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
@@ -179,12 +190,30 @@ pub struct FetchContext {
     /// The largest token the store accepts, in bytes: a source that reads a stream (a file,
     /// a process's output) can stop reading one byte past it.
     pub max_size: usize,
+    clock: Clock,
 }
 
 impl FetchContext {
     /// A context for `trigger` and `max_size` (for calling a source by hand, in tests).
     pub fn new(trigger: Trigger, max_size: usize) -> Self {
-        Self { trigger, max_size }
+        Self {
+            trigger,
+            max_size,
+            clock: Clock::System,
+        }
+    }
+
+    /// The same context on the store's clock.
+    pub(crate) fn on(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The wall-clock time now, as the store reads it: a source that works out dates from
+    /// the present (when to refresh a token the server dated) uses it, so that it agrees
+    /// with the store (and with a test's simulated clock).
+    pub fn now(&self) -> SystemTime {
+        self.clock.now()
     }
 }
 

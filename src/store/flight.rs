@@ -150,8 +150,6 @@ impl Shared {
         let task = runtime.spawn(read_loop(
             Arc::downgrade(self),
             self.source.clone(),
-            self.config.read_timeout,
-            self.config.max_size,
             n,
             trigger,
         ));
@@ -220,12 +218,13 @@ pub(crate) async fn fetch(
 async fn read_loop(
     store: Weak<Shared>,
     source: Arc<dyn DynSource>,
-    limit: Duration,
-    max_size: usize,
     mut n: u64,
     mut trigger: Trigger,
 ) {
-    let Some(origin) = store.upgrade().map(|s| s.origin.clone()) else {
+    let Some((origin, config)) = store
+        .upgrade()
+        .map(|s| (s.origin.clone(), s.config.clone()))
+    else {
         return;
     };
     let mut unfinished = Unfinished {
@@ -235,8 +234,8 @@ async fn read_loop(
         trigger,
     };
     loop {
-        let cx = FetchContext::new(trigger, max_size);
-        let fetched = fetch(&*source, &origin, limit, cx).await;
+        let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
+        let fetched = fetch(&*source, &origin, config.read_timeout, cx).await;
         let Some(shared) = store.upgrade() else {
             return;
         };

@@ -188,7 +188,7 @@ impl TokenStore {
         config: Config,
     ) -> Result<Self, LoadError> {
         let origin: Arc<str> = origin.into();
-        let cx = FetchContext::new(Trigger::Load, config.max_size);
+        let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
         let fetched = flight::fetch(&*source, &origin, config.read_timeout, cx).await?;
         let first = token_of(fetched, &origin, &config)?.with_generation(1);
         tracing::info!(source = %origin, token = %first, "token loaded");

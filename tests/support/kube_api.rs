@@ -19,6 +19,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,17 @@ use tokio_rustls::TlsAcceptor;
 
 /// Decides whether a bearer token is accepted.
 pub type Verifier = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// An extra route ([`KubeApi::route`]): given an accepted request's parts and body, its
+/// response, or `None` to leave the request to the routes before it and the built-in ones.
+pub type Route = Arc<
+    dyn Fn(
+            &http::request::Parts,
+            &Bytes,
+        ) -> Option<std::pin::Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>>
+        + Send
+        + Sync,
+>;
 
 /// One request, as the server saw it.
 #[derive(Clone, Debug)]
@@ -85,6 +97,7 @@ struct State {
     fail_next: Mutex<(u32, StatusCode)>,
     resource_version: AtomicU64,
     requests: watch::Sender<u64>,
+    routes: Mutex<Vec<Route>>,
 }
 
 /// The server. Stops accepting when dropped.
@@ -121,6 +134,7 @@ impl KubeApi {
             fail_next: Mutex::new((0, StatusCode::SERVICE_UNAVAILABLE)),
             resource_version: AtomicU64::new(1000),
             requests: watch::Sender::new(0),
+            routes: Mutex::new(Vec::new()),
         });
         let acceptor = TlsAcceptor::from(Arc::new(tls));
         let task = super::serve::spawn(listener, Some(acceptor), {
@@ -170,6 +184,12 @@ impl KubeApi {
     /// Accept the tokens for which `verify` says yes (e.g. a JWT verifier).
     pub fn accept_with(&self, verify: impl Fn(&str) -> bool + Send + Sync + 'static) {
         *self.state.accept.lock().unwrap() = Arc::new(verify);
+    }
+
+    /// Serves more of the API: `route` sees every accepted request first (e.g. TokenRequest,
+    /// `token_request.rs`).
+    pub fn route(&self, route: Route) {
+        self.state.routes.lock().unwrap().push(route);
     }
 
     /// Answer the next `n` accepted requests with `status` (e.g. 503, which kube retries).
@@ -428,6 +448,10 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
             None,
         );
     };
+    let routes = state.routes.lock().unwrap().clone();
+    if let Some(response) = routes.iter().find_map(|route| route(&parts, &body)) {
+        return response.await;
+    }
     match (&parts.method, segments.as_slice()) {
         (&Method::GET, ["api", "v1", "namespaces", ns, "configmaps"]) => list_configmaps(state, ns),
         (&Method::POST, ["api", "v1", "namespaces", ns, "configmaps"]) => {
@@ -528,7 +552,7 @@ fn create_configmap(state: &State, ns: &str, body: &[u8]) -> Response<Full<Bytes
     ok(StatusCode::CREATED, &cm)
 }
 
-fn ok(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+pub fn ok(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, "application/json")
@@ -543,7 +567,7 @@ fn not_found(kind: &str, name: &str) -> Response<Full<Bytes>> {
 }
 
 /// A Kubernetes `Status` object.
-fn status(
+pub fn status(
     code: StatusCode,
     message: &str,
     reason: &str,

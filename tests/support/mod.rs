@@ -6,7 +6,9 @@ pub mod kube_api;
 pub mod prometheus;
 pub mod serve;
 pub mod server;
+pub mod sim;
 pub mod tls;
+pub mod token_request;
 // `grpc.rs` and `clients.rs` are included only by the binaries that use them (with
 // `#[path]`), so that the others do not compile tonic and reqwest.
 

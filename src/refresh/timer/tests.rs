@@ -351,6 +351,27 @@ async fn no_warning_for_a_healthy_rotating_file() {
 }
 
 #[test]
+fn the_cut_to_half_of_the_time_left_never_lengthens_a_backoff() {
+    let token = crate::token::Token::parse(b"opaque", 64)
+        .unwrap()
+        .with_source_dates(wall(0), Some(wall(600)), None);
+    let at = |secs: f64| wall(0) + Duration::from_secs_f64(secs);
+    let wait = |backoff: Duration, now: f64| super::retry_wait(backoff, &token, at(now));
+    let minute = Duration::from_secs(64);
+    assert_eq!(wait(minute, 543.0), Duration::from_secs_f64(28.5));
+    assert_eq!(
+        wait(minute, 599.5),
+        Duration::from_secs(1),
+        "cut no shorter than 1 s"
+    );
+    assert_eq!(wait(minute, 600.0), minute, "expired: uncut");
+    assert_eq!(wait(minute, 100.0), minute, "far from the expiry: uncut");
+    // A store with a short period backs off below a second: the cut keeps it so.
+    let short = Duration::from_millis(50);
+    assert_eq!(wait(short, 599.5), short);
+}
+
+#[test]
 fn moments_of_a_projected_token() {
     let token = |jwt: String| crate::token::Token::parse(jwt.as_bytes(), 1 << 16).unwrap();
     let t = token(projected(0, TTL, None));
@@ -369,6 +390,8 @@ fn moments_of_a_projected_token() {
 struct Minting {
     start: Instant,
     ttl: Option<Duration>,
+    /// Asks to be fetched again this long after each fetch.
+    refresh_in: Option<Duration>,
     failing: Arc<Mutex<bool>>,
     fetches: Arc<Mutex<Vec<Duration>>>,
 }
@@ -389,11 +412,14 @@ impl crate::source::TokenSource for Minting {
         if *self.failing.lock().unwrap() {
             return Err(std::io::Error::other("the token service is down"));
         }
-        let fetched = crate::source::Fetched::new(format!("minted-{n}"));
-        Ok(match self.ttl {
-            Some(ttl) => fetched.expires_at(wall(0) + elapsed + ttl),
-            None => fetched,
-        })
+        let mut fetched = crate::source::Fetched::new(format!("minted-{n}"));
+        if let Some(ttl) = self.ttl {
+            fetched = fetched.expires_at(wall(0) + elapsed + ttl);
+        }
+        if let Some(after) = self.refresh_in {
+            fetched = fetched.refresh_at(wall(0) + elapsed + after);
+        }
+        Ok(fetched)
     }
 
     fn describe(&self) -> String {
@@ -406,6 +432,7 @@ impl Minting {
         Self {
             start: Instant::now(),
             ttl,
+            refresh_in: None,
             failing: Arc::default(),
             fetches: Arc::default(),
         }
@@ -535,4 +562,63 @@ async fn stores_started_together_spread_their_periodic_reads() {
             .any(|(gap, first)| (gap - first).abs() > 0.01)
     );
     drop(stores);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_never_waits_past_halfway_to_the_expiry() {
+    let (warnings, _guard) = Warnings::capture();
+    let mut source = Minting::new(Some(Duration::from_secs(600)));
+    source.refresh_in = Some(Duration::from_secs(480));
+    let store = source.store(None).await;
+    *source.failing.lock().unwrap() = true;
+    tokio::time::sleep(Duration::from_secs(590)).await;
+    // 1 s, 2 s, 4 s ... from the refresh point at 480 s, each wait cut to half of what
+    // the token has left: never a minute-long wait across the expiry.
+    let want = [
+        0.0, 480.0, 481.0, 483.0, 487.0, 495.0, 511.0, 543.0, 571.5, 585.75,
+    ];
+    assert_times(&source.fetches(), &want);
+    // The source is back at 590 s: read before the token expires at 600 s.
+    *source.failing.lock().unwrap() = false;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(store.generation(), 2, "{:?}", source.fetches());
+    assert_times(&source.fetches()[want.len()..], &[592.875]);
+    assert!(store.status().last_error.is_none());
+    assert_eq!(store.status().freshness, Freshness::Fresh);
+    assert!(warnings.times(EXPIRED).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_expiry_the_backoff_runs_on_uncut_and_the_status_says_expired() {
+    // Captured also so that this thread never registers the warning's callsite as
+    // uninteresting while another test listens for it.
+    let (warnings, _guard) = Warnings::capture();
+    let mut source = Minting::new(Some(Duration::from_secs(600)));
+    source.refresh_in = Some(Duration::from_secs(480));
+    let store = source.store(None).await;
+    *source.failing.lock().unwrap() = true;
+    tokio::time::sleep(Duration::from_secs(1800)).await;
+    // Cut to half of what is left, down to a second apart, then a read at the expiry;
+    // after it the backoff (here at its five-minute cap) runs on: no read loop.
+    let want = [
+        0.0, 480.0, 481.0, 483.0, 487.0, 495.0, 511.0, 543.0, 571.5, 585.75, 592.875, 596.438,
+        598.219, 599.219, 600.0, 900.0, 1200.0, 1500.0,
+    ];
+    assert_times(&source.fetches(), &want);
+    let status = store.status();
+    assert_eq!(status.freshness, Freshness::Expired);
+    assert!(status.last_error.is_some());
+    assert_times(&warnings.times(EXPIRED), &[600.0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_that_asks_again_at_once_gets_the_backoff_not_a_loop() {
+    // Every token asks to be fetched again at once (the kubelet's rule for a token issued
+    // after our clock's now).
+    let mut source = Minting::new(Some(Duration::from_secs(3600)));
+    source.refresh_in = Some(Duration::ZERO);
+    let store = source.store(None).await;
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_times(&source.fetches(), &[0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 63.0]);
+    assert_eq!(store.generation(), 7);
 }

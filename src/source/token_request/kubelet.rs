@@ -1,0 +1,111 @@
+//! When a TokenRequest token is refreshed: the kubelet's rule
+//! (`pkg/kubelet/token/token_manager.go`, `requiresRefresh`).
+//!
+//! The kubelet asks the API again once now is past `exp − 20% of the TTL − jitter`, or past
+//! `iat + 24 h − jitter`, whichever comes first, with a jitter of 0 to 9 whole seconds; and
+//! at once when now is before `iat` (the clock went back, or ours is behind the API
+//! server's). `iat` is `exp − expirationSeconds`, as the kubelet works it out: the API
+//! server's `expirationTimestamp` is its own clock plus the TTL.
+
+use std::time::{Duration, SystemTime};
+
+/// The kubelet refreshes a token at least this often, however long it lives.
+pub(super) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The kubelet's jitter is below this (`maxJitter`), in whole seconds.
+pub(super) const MAX_JITTER: Duration = Duration::from_secs(10);
+
+/// The moment a token that expires at `exp` after living `ttl` is due for refresh, seen at
+/// `now`, with `jitter` (under [`MAX_JITTER`]) drawn for it.
+///
+/// `now` itself when the token was issued after `now` (a clock that went back): the store's
+/// timer then asks again soon, backing off while that lasts.
+pub(super) fn refresh_point(
+    now: SystemTime,
+    exp: SystemTime,
+    ttl: Duration,
+    jitter: Duration,
+) -> SystemTime {
+    let Some(iat) = exp.checked_sub(ttl) else {
+        return now;
+    };
+    if now < iat {
+        return now;
+    }
+    // The kubelet's 20%, in whole seconds as it computes it.
+    let margin = Duration::from_secs(ttl.as_secs() * 20 / 100);
+    let before_expiry = exp.checked_sub(margin + jitter);
+    let by_age = (iat + MAX_TTL).checked_sub(jitter);
+    before_expiry.into_iter().chain(by_age).min().unwrap_or(now)
+}
+
+/// The kubelet's jitter for a token: whole seconds in `0..10`, drawn from `key` (fixed for
+/// a key within this process, different from one process to the next).
+pub(super) fn jitter(key: u64) -> Duration {
+    Duration::from_secs(crate::clock::jitter(key, MAX_JITTER).as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_800_000_000;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + secs)
+    }
+
+    #[test]
+    fn twenty_percent_of_the_ttl_before_expiry_less_the_jitter() {
+        let ttl = Duration::from_secs(600);
+        let refresh = |jitter| refresh_point(at(0), at(600), ttl, Duration::from_secs(jitter));
+        assert_eq!(refresh(0), at(480));
+        assert_eq!(refresh(9), at(471));
+        // An hour: 20% is 720 s; 3607 s (a pod-bound default) truncates to 721 s.
+        let hour = refresh_point(at(0), at(3607), Duration::from_secs(3607), Duration::ZERO);
+        assert_eq!(hour, at(3607 - 721));
+        // Seen later in the token's life, the point is the same.
+        assert_eq!(
+            refresh_point(at(300), at(600), ttl, Duration::ZERO),
+            at(480)
+        );
+    }
+
+    #[test]
+    fn a_token_older_than_a_day_is_refreshed_whatever_its_expiry() {
+        let week = Duration::from_secs(7 * 24 * 3600);
+        let exp = at(week.as_secs());
+        let jitter = Duration::from_secs(4);
+        let point = refresh_point(at(0), exp, week, jitter);
+        assert_eq!(point, at(24 * 3600 - 4));
+        // Exactly a day: the expiry rule comes first (80% of a day).
+        let day = refresh_point(at(0), at(24 * 3600), MAX_TTL, jitter);
+        assert_eq!(day, at(24 * 3600 * 4 / 5 - 4));
+    }
+
+    #[test]
+    fn a_clock_before_the_issue_time_means_now() {
+        let ttl = Duration::from_secs(600);
+        // Issued at 100 s (exp 700), seen at 99 s: our clock went back.
+        assert_eq!(refresh_point(at(99), at(700), ttl, Duration::ZERO), at(99));
+        // At the issue time itself, the usual rule.
+        assert_eq!(
+            refresh_point(at(100), at(700), ttl, Duration::ZERO),
+            at(580)
+        );
+    }
+
+    #[test]
+    fn the_jitter_is_whole_seconds_below_ten() {
+        let drawn: Vec<u64> = (0..500).map(|k| jitter(k).as_secs()).collect();
+        assert!(drawn.iter().all(|&s| s < 10));
+        assert!(
+            (0..10).all(|s| drawn.contains(&s)),
+            "every second drawn: {drawn:?}"
+        );
+        for k in 0..500 {
+            assert_eq!(jitter(k).subsec_nanos(), 0);
+            assert_eq!(jitter(k), jitter(k));
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The TokenRequest on the wire (`authentication.k8s.io/v1`), written and read as JSON.
+//!
+//! Not through k8s-openapi's types: their shape changes with the Kubernetes version a
+//! build enables (`spec`, `status.token` and `status.expirationTimestamp` became `Option`s
+//! in 1.36), and a library must build with any. And the answer is read here rather than by
+//! `kube::Client::request`, which logs a whole body it cannot parse: this one holds a token.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+
+use super::BoundObject;
+
+/// The body of the request.
+pub(super) fn request_body(
+    audiences: &[String],
+    expiration: Duration,
+    bound: Option<&BoundObject>,
+) -> Vec<u8> {
+    let mut spec = json!({ "expirationSeconds": expiration.as_secs() });
+    if !audiences.is_empty() {
+        spec["audiences"] = json!(audiences);
+    }
+    if let Some(bound) = bound {
+        spec["boundObjectRef"] = bound.to_json();
+    }
+    let request = json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {},
+        "spec": spec,
+    });
+    serde_json::to_vec(&request).expect("a JSON value serializes")
+}
+
+/// What the API server issued.
+pub(super) struct Issued {
+    /// The token. Secret.
+    pub(super) token: String,
+    /// `status.expirationTimestamp`.
+    pub(super) expires_at: SystemTime,
+    /// `spec.expirationSeconds` as the server answered it (it may shorten what was asked),
+    /// else what was asked.
+    pub(super) ttl: Duration,
+}
+
+/// Reads the API server's answer. The problems named never quote the body.
+pub(super) fn parse_response(body: &str, asked: Duration) -> Result<Issued, &'static str> {
+    let mut response: Value = serde_json::from_str(body).map_err(|_| "is not JSON")?;
+    if response.get("kind").and_then(Value::as_str) != Some("TokenRequest") {
+        return Err("is not a TokenRequest");
+    }
+    let ttl = response
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_u64)
+        .filter(|&s| s > 0)
+        .map_or(asked, Duration::from_secs);
+    let expires_at = response
+        .pointer("/status/expirationTimestamp")
+        .and_then(Value::as_str)
+        .ok_or("has no status.expirationTimestamp")?
+        .parse::<jiff::Timestamp>()
+        .map_err(|_| "has a status.expirationTimestamp that is not an RFC 3339 time")?;
+    let token = match response.pointer_mut("/status/token").map(Value::take) {
+        Some(Value::String(token)) if !token.is_empty() => token,
+        _ => return Err("has no status.token"),
+    };
+    Ok(Issued {
+        token,
+        expires_at: SystemTime::from(expires_at),
+        ttl,
+    })
+}
