@@ -34,24 +34,25 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
-use crate::source::{DynSource, FetchContext, Fetched, Trigger};
+use crate::source::{DynSource, FetchContext, Trigger};
 use crate::sync::lock;
-use crate::token::{Token, TokenError};
+use crate::token::Token;
 
 mod error;
 mod expiry;
 mod flight;
 mod handle;
+mod install;
+mod live;
 mod status;
 mod telemetry;
 mod unauthorized;
@@ -64,6 +65,10 @@ pub use status::{Status, UnauthorizedStats, WatchState};
 
 use expiry::ExpiryWarnings;
 use flight::{Done, Flight, Ticket};
+use install::token_of;
+pub(crate) use live::StoreId;
+#[cfg(feature = "metrics")]
+pub(crate) use live::live;
 use status::Counters;
 use telemetry::Telemetry;
 use unauthorized::UnauthorizedRead;
@@ -135,29 +140,7 @@ impl Drop for Shared {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .abort();
-        lock(&LIVE).remove(&self.id);
-    }
-}
-
-/// Every live store, by number: a response future finds its store here (only after a 401)
-/// rather than holding a reference-counted handle to it, which would cost an atomic
-/// increment and decrement on a shared cache line per request.
-static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<Shared>>>> = LazyLock::new(Mutex::default);
-
-/// A store's number, unique for the life of the process: `Copy`, and free to hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct StoreId(u64);
-
-impl StoreId {
-    fn next() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        StoreId(NEXT.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The store, if it is still alive.
-    pub(crate) fn store(self) -> Option<TokenStore> {
-        let shared = lock(&LIVE).get(&self)?.upgrade()?;
-        Some(TokenStore { shared })
+        self.id.forget();
     }
 }
 
@@ -228,7 +211,7 @@ impl TokenStore {
             .telemetry
             .reload(Trigger::Load, &Ok(Reloaded::Unchanged { generation: 1 }));
         store.shared.telemetry.watch_state(&WatchState::Off);
-        lock(&LIVE).insert(id, Arc::downgrade(&store.shared));
+        StoreId::register(&store.shared);
         store.shared.check_expiry();
         Ok(store)
     }
@@ -331,30 +314,6 @@ impl TokenStore {
     }
 }
 
-/// Validates fetched bytes as a token, with the source's dates.
-fn token_of(fetched: Fetched, origin: &Arc<str>, config: &Config) -> Result<Token, LoadError> {
-    let invalid = |source: TokenError| LoadError::Invalid {
-        origin: origin.clone(),
-        source,
-    };
-    let token = Token::parse(fetched.bytes(), config.max_size).map_err(invalid)?;
-    Ok(token.with_source_dates(
-        config.clock.now(),
-        fetched.expiry(),
-        fetched.refresh_moment(),
-    ))
-}
-
-/// Every live store (for the process-wide gauge task).
-#[cfg(feature = "metrics")]
-pub(crate) fn live() -> Vec<TokenStore> {
-    lock(&LIVE)
-        .values()
-        .filter_map(Weak::upgrade)
-        .map(|shared| TokenStore { shared })
-        .collect()
-}
-
 impl Shared {
     /// Warns (once per token) when the current token, just confirmed by a read of the
     /// source, has expired or is overdue for rotation: the rotator has stalled.
@@ -382,34 +341,6 @@ impl Shared {
             "token reload failed; keeping the last good token"
         );
         *lock(&self.last_error) = Some(error.clone());
-    }
-
-    /// Installs a fetched token if it is valid and new.
-    fn install(&self, fetched: Fetched, trigger: Trigger) -> Result<Reloaded, LoadError> {
-        let token = token_of(fetched, &self.origin, &self.config)?;
-        *lock(&self.last_error) = None;
-        let old = self.current.load_full();
-        if old.same_secret(&token) {
-            tracing::trace!(trigger = trigger.as_str(), token = %old.fingerprint(), "token unchanged");
-            return Ok(Reloaded::Unchanged {
-                generation: old.generation(),
-            });
-        }
-        let from = old.generation();
-        let to = from + 1;
-        let token = token.with_generation(to);
-        tracing::info!(
-            trigger = trigger.as_str(),
-            old = %old.fingerprint(),
-            new = %token,
-            generation = to,
-            "token rotated"
-        );
-        self.current.store(Arc::new(token));
-        self.generation.store(to, Ordering::Release);
-        Counters::bump(&self.counters.rotations);
-        self.generations.send_replace(to);
-        Ok(Reloaded::Rotated { from, to })
     }
 }
 

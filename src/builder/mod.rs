@@ -2,20 +2,16 @@
 //! its options.
 
 use std::any::TypeId;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::{Arc, LazyLock, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::refresh;
 use crate::source::{BoxError, FileSource, FnSource, TokenSource};
-use crate::store::{Config, Handle, LoadError, TokenStore};
-use crate::sync::lock;
+use crate::store::{Config, LoadError, TokenStore};
 use crate::token::DEFAULT_MAX_SIZE;
 
 /// The builder before it has a source: [`StoreBuilder`]'s options alone.
@@ -304,32 +300,18 @@ impl<S: TokenSource> StoreBuilder<S> {
     /// loaded.
     pub async fn pair(self) -> Result<(TokenStore, Refresher), LoadError> {
         let key = self.share_key();
-        if let Some(store) = key.as_ref().and_then(shared_store) {
+        if let Some(store) = key.as_ref().and_then(share::shared_store) {
             return Ok((store, Refresher::idle()));
         }
         let (store, refresher) = self.build().await?;
-        let Some(key) = key else {
-            return Ok((store, refresher));
-        };
-        let mut shared = lock(&SHARED);
-        // Loaded meanwhile by another caller: theirs wins, this one is dropped unstarted.
-        if let Some(existing) = shared.get(&key).and_then(Handle::upgrade) {
-            return Ok((existing, Refresher::idle()));
-        }
-        shared.insert(key.clone(), store.downgrade());
-        let work = async move {
-            refresher.await;
-            // The store is gone: forget it, unless the key serves a newer store by now.
-            let mut shared = lock(&SHARED);
-            if shared.get(&key).is_some_and(|h| h.upgrade().is_none()) {
-                shared.remove(&key);
-            }
-        };
-        Ok((store, Refresher(Box::pin(work))))
+        Ok(match key {
+            Some(key) => share::adopt(key, store, refresher),
+            None => (store, refresher),
+        })
     }
 
-    fn share_key(&self) -> Option<ShareKey> {
-        Some(ShareKey {
+    fn share_key(&self) -> Option<share::ShareKey> {
+        Some(share::ShareKey {
             source: (TypeId::of::<S>(), self.source.share_key()?),
             refresh_interval: self.refresh_interval,
             watch: self.watch,
@@ -375,87 +357,10 @@ impl<S: TokenSource> StoreBuilder<S> {
     }
 }
 
-/// What makes two builders build the same store: the source's type and key, and every
-/// option (the clock aside, which only tests set).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ShareKey {
-    source: (TypeId, String),
-    refresh_interval: Option<Option<Duration>>,
-    watch: bool,
-    max_size: usize,
-    unauthorized_interval: Duration,
-    read_timeout: Option<Duration>,
-}
+mod refresher;
+mod share;
 
-/// The live stores of shareable sources, by key. An entry goes when its store's refresher
-/// ends, that is when the store is dropped.
-static SHARED: LazyLock<Mutex<HashMap<ShareKey, Handle>>> = LazyLock::new(Mutex::default);
-
-fn shared_store(key: &ShareKey) -> Option<TokenStore> {
-    lock(&SHARED).get(key).and_then(Handle::upgrade)
-}
-
-/// The background work of a store (its timer and watcher), from [`StoreBuilder::pair`]:
-/// a future to spawn. It ends when the store is dropped.
-#[must_use = "a refresher does nothing unless it is spawned or polled"]
-pub struct Refresher(Pin<Box<dyn Future<Output = ()> + Send>>);
-
-impl Refresher {
-    fn idle() -> Self {
-        Refresher(Box::pin(async {}))
-    }
-}
-
-impl fmt::Debug for Refresher {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Refresher").finish_non_exhaustive()
-    }
-}
-
-impl Future for Refresher {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.0.as_mut().poll(cx)
-    }
-}
+pub use refresher::Refresher;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn loads_of_one_file_with_the_same_options_share_one_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        std::fs::write(&path, "one").unwrap();
-        let quiet = |p: &Path| TokenFile::new(p).watch(false).refresh_interval(None);
-        let a = quiet(&path).load().await.unwrap();
-        // Another spelling of the same path: the same store, no second read.
-        let b = quiet(&dir.path().join(".").join("token"))
-            .load()
-            .await
-            .unwrap();
-        assert!(a.ptr_eq(&b));
-        assert_eq!(a.status().reads, 1);
-        std::fs::write(&path, "two").unwrap();
-        b.reload().await.unwrap();
-        assert_eq!(a.current().header_value(), "Bearer two");
-        // Other options, another store.
-        let c = quiet(&path).max_size(100).load().await.unwrap();
-        assert!(!c.ptr_eq(&a));
-        // Once every clone is dropped, a load builds a new store.
-        let handle = a.downgrade();
-        drop((a, b));
-        assert!(handle.upgrade().is_none());
-        let d = quiet(&path).load().await.unwrap();
-        assert_eq!(d.status().reads, 1, "a fresh store");
-        // Closures are never shared.
-        let loader = || TokenLoader::new("l", || async { Ok::<_, std::io::Error>(b"x".to_vec()) });
-        let (e, f) = (
-            loader().load().await.unwrap(),
-            loader().load().await.unwrap(),
-        );
-        assert!(!e.ptr_eq(&f));
-    }
-}
+mod tests;
