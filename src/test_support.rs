@@ -57,3 +57,16 @@ pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Waits until `store` holds `token`, woken by its rotations, failing after [`DEADLINE`].
+pub(crate) async fn wait_for_token(store: &crate::TokenStore, token: &str) {
+    let mut rx = store.subscribe();
+    let want = format!("Bearer {token}");
+    tokio::time::timeout(DEADLINE, async {
+        while store.current().header_value() != want.as_str() {
+            rx.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {token}"));
+}

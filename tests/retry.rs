@@ -374,3 +374,49 @@ async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
     assert_eq!(server.refused(), 1);
     assert_eq!(server.seen(), ["old", "new"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_written_token_is_used_until_the_rest_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "old-token").unwrap();
+    let store = TokenFile::new(&path)
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    // The server knows only the whole new token: "old-token" is revoked as the write starts.
+    let server = AuthServer::start("whole-new-token").await;
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http1_client());
+    // A slow writer: it truncates the file, writes the first half, and the rest only when
+    // the test says so (its own handle, as `write_in_chunks` does with a pause).
+    let (go_on, wait) = std::sync::mpsc::channel::<()>();
+    let writer = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&path)?;
+            f.write_all(b"whole-new")?;
+            wait.recv().unwrap();
+            f.write_all(b"-token")
+        }
+    });
+    // The half is a token like any other: installed, and refused by the server. The 401
+    // re-reads the file, which still holds the half: its 401 goes back.
+    support::wait_for_token(&store, "whole-new").await;
+    let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(store.status().unauthorized.reloads, 1);
+    // The rest is written: the write's event installs the whole token, and requests pass.
+    go_on.send(()).unwrap();
+    writer.await.unwrap().unwrap();
+    support::wait_for_token(&store, "whole-new-token").await;
+    let res = client.oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(server.seen(), ["whole-new", "whole-new-token"]);
+}

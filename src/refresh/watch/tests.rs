@@ -2,31 +2,26 @@ use super::*;
 use crate::TokenFile;
 use crate::refresh::registry::{Factory, Stats, VERIFY_EVERY, notify_factory};
 use crate::store::TokenStore;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-const DEADLINE: Duration = Duration::from_secs(5);
+pub(super) use crate::test_support::{eventually, wait_for_token};
 
 /// A factory that fails like `inotify_init` with its instances exhausted while `fail`
-/// is set.
+/// is set, counting its calls.
 fn flaky_factory(fail: Arc<AtomicBool>) -> Box<Factory> {
+    counting_factory(fail, Arc::default())
+}
+
+fn counting_factory(fail: Arc<AtomicBool>, calls: Arc<AtomicUsize>) -> Box<Factory> {
     let real = notify_factory();
     Box::new(move |handler| {
+        calls.fetch_add(1, Ordering::SeqCst);
         if fail.load(Ordering::SeqCst) {
             Err(notify::Error::io(std::io::Error::from_raw_os_error(24)))
         } else {
             real(handler)
         }
     })
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duration>) -> TokenStore {
@@ -44,18 +39,6 @@ async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duratio
     store
 }
 
-async fn wait_for_token(store: &TokenStore, token: &str) {
-    let mut rx = store.subscribe();
-    let want = format!("Bearer {token}");
-    tokio::time::timeout(DEADLINE, async {
-        while store.current().header_value() != want.as_str() {
-            rx.changed().await.unwrap();
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {token}"));
-}
-
 fn degraded(store: &TokenStore) -> Option<String> {
     match store.status().watch {
         WatchState::Degraded { reason } => Some(reason),
@@ -63,40 +46,14 @@ fn degraded(store: &TokenStore) -> Option<String> {
     }
 }
 
-/// Collects formatted log lines.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        crate::sync::lock(&self.0).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn count(&self, needle: &str) -> usize {
-        String::from_utf8_lossy(&crate::sync::lock(&self.0))
-            .matches(needle)
-            .count()
-    }
-}
-
 #[tokio::test]
 async fn a_watcher_that_cannot_start_degrades_and_the_timer_still_refreshes() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
-    let registry = Registry::new(VERIFY_EVERY, flaky_factory(Arc::new(AtomicBool::new(true))));
+    let (logs, _guard) = crate::test_support::capture_logs();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let registry = Registry::new(
+        VERIFY_EVERY,
+        counting_factory(Arc::new(AtomicBool::new(true)), attempts.clone()),
+    );
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("token");
     std::fs::write(&path, "secret-one").unwrap();
@@ -115,7 +72,11 @@ async fn a_watcher_that_cannot_start_degrades_and_the_timer_still_refreshes() {
     std::fs::write(&path, "secret-two").unwrap();
     wait_for_token(&store, "secret-two").await;
     // Several re-arm attempts later: still one warning, still degraded.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let tried = attempts.load(Ordering::SeqCst);
+    eventually("four more attempts to start a watcher", || {
+        attempts.load(Ordering::SeqCst) >= tried + 4
+    })
+    .await;
     assert!(degraded(&store).is_some());
     assert_eq!(logs.count("WARN"), 1, "one warning, not one per attempt");
     assert_eq!(logs.count("secret-"), 0, "no token in the logs");
@@ -231,10 +192,114 @@ async fn a_renamed_ancestor_sends_no_event_but_is_noticed() {
     eventually("re-armed", || store.status().watch == WatchState::Active).await;
     std::fs::write(dir.join("token"), "three").unwrap();
     wait_for_token(&store, "three").await;
-    // Writes in the moved directory are not the token's any more.
+    // Writes in the moved directory are not the token's any more: they wake nothing. The
+    // next write at the path does, with one read (at most: the moved write added none).
+    let reads = store.status().reads;
     std::fs::write(tmp.path().join("b/d/token"), "moved").unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(store.current().header_value(), "Bearer three");
+    std::fs::write(dir.join("token"), "four").unwrap();
+    wait_for_token(&store, "four").await;
+    let more = store.status().reads - reads;
+    assert!(more <= 1, "{more} reads for one write at the path");
+}
+
+/// A loader that answers from a script (then repeats its last answer), recording when it
+/// is asked; watched through a real file, whose events wake it.
+#[derive(Clone, Default)]
+struct Scripted {
+    script: Arc<std::sync::Mutex<std::collections::VecDeque<Result<&'static str, &'static str>>>>,
+    asked: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+}
+
+impl Scripted {
+    fn set(&self, answers: &[Result<&'static str, &'static str>]) {
+        *self.script.lock().unwrap() = answers.iter().copied().collect();
+    }
+    fn asked(&self) -> Vec<tokio::time::Instant> {
+        self.asked.lock().unwrap().clone()
+    }
+    async fn store(&self) -> TokenStore {
+        let this = self.clone();
+        crate::TokenLoader::new("scripted", move || {
+            let this = this.clone();
+            async move {
+                this.asked.lock().unwrap().push(tokio::time::Instant::now());
+                let mut script = this.script.lock().unwrap();
+                let answer = if script.len() > 1 {
+                    script.pop_front().unwrap()
+                } else {
+                    script[0]
+                };
+                answer
+                    .map(|t| t.as_bytes().to_vec())
+                    .map_err(std::io::Error::other)
+            }
+        })
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap()
+    }
+}
+
+/// One event for `path`: its mode changed (a write would make several).
+fn one_event(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test]
+async fn a_read_that_fails_after_an_event_is_retried_quietly_then_reported_once() {
+    let registry = Registry::new(VERIFY_EVERY, notify_factory());
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("token");
+    std::fs::write(&path, "watched").unwrap();
+    let source = Scripted::default();
+    source.set(&[Ok("one")]);
+    let store = source.store().await;
+    let handle = store.downgrade();
+    tokio::spawn(crate::refresh::until_closed(
+        handle.clone(),
+        watch_with(&registry, handle, &path),
+    ));
+    eventually("watching", || store.status().watch == WatchState::Active).await;
+
+    // Half-written twice, then whole: retried after 10 and 50 ms, no failure reported.
+    source.set(&[Err("empty file"), Err("half a token"), Ok("two")]);
+    let before = source.asked().len();
+    one_event(&path, 0o640);
+    wait_for_token(&store, "two").await;
+    let asked = source.asked()[before..].to_vec();
+    assert_eq!(asked.len(), 3, "the read and two retries");
+    assert!(
+        asked[1] - asked[0] >= Duration::from_millis(10),
+        "{asked:?}"
+    );
+    assert!(
+        asked[2] - asked[1] >= Duration::from_millis(50),
+        "{asked:?}"
+    );
+    let status = store.status();
+    assert_eq!((status.failures, status.last_error.is_none()), (0, true));
+
+    // Still broken after every retry: one failure, reported after the last (250 ms).
+    source.set(&[Err("gone")]);
+    let before = source.asked().len();
+    one_event(&path, 0o600);
+    eventually("the failure reported", || store.status().failures == 1).await;
+    let asked = source.asked()[before..].to_vec();
+    assert_eq!(asked.len(), 4, "the read and three retries");
+    assert!(
+        asked[3] - asked[2] >= Duration::from_millis(250),
+        "{asked:?}"
+    );
+    assert_eq!(
+        store.status().failures,
+        1,
+        "the retries' failures are not reported"
+    );
+    let reported = store.status().last_error.expect("reported").to_string();
+    assert!(reported.contains("gone"), "{reported}");
+    assert_eq!(store.current().header_value(), "Bearer two");
 }
 
 mod routing;
