@@ -348,11 +348,13 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().unwrap();
         let vol = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
-        let before = fs::symlink_metadata(vol.token_path()).unwrap().ino();
+        let inode = fs::symlink_metadata(vol.token_path()).unwrap().ino();
+        let started = Instant::now();
         let renamed_at = vol.rotate("two").unwrap();
-        assert!(renamed_at <= Instant::now());
-        let after = fs::symlink_metadata(vol.token_path()).unwrap().ino();
-        assert_eq!(before, after, "token is never replaced");
+        // Taken during this rotation, not at some other time.
+        assert!(started <= renamed_at && renamed_at <= Instant::now());
+        let now = fs::symlink_metadata(vol.token_path()).unwrap().ino();
+        assert_eq!(inode, now, "token is never replaced");
         assert!(!tmp.path().join("..data_tmp").exists());
     }
 

@@ -257,9 +257,9 @@ async fn a_401_is_not_answered_by_a_read_that_started_before_it() {
             tokio::spawn(async move { store.refresh_after_unauthorized(1).await })
         })
         .collect();
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
+    // Both 401s have asked for their read (the count goes up as they ask).
+    crate::test_support::eventually("both 401s seen", || store.status().unauthorized.seen == 2)
+        .await;
     gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
     // The early caller is answered by its read or a later one (the 401s' read may have
     // finished too by the time it looks).
