@@ -40,10 +40,10 @@ async fn a_rotation_reads_the_rotated_files_store_only_and_once() {
         (ROTATIONS..=2 * ROTATIONS).contains(&reads),
         "{reads} reads for {ROTATIONS} rotations"
     );
+    // After the quiet window, "at most": the load's read alone.
     for (i, store) in stores.iter().enumerate().filter(|(i, _)| *i != 7) {
-        assert_eq!(
-            store.status().reads,
-            1,
+        assert!(
+            store.status().reads <= 1,
             "store {i} read for another file's rotation"
         );
     }
@@ -94,9 +94,10 @@ async fn an_event_for_the_whole_directory_reads_each_file_once_a_few_at_a_time()
         stores.iter().all(|s| s.status().reads >= 2)
     })
     .await;
+    // A quiet window, then "at most": one read per file (two with the load's).
     tokio::time::sleep(QUIET).await;
     for store in &stores {
-        assert_eq!(store.status().reads, 2, "one read per file");
+        assert!(store.status().reads <= 2, "one read per file");
     }
     let most = most.load(Ordering::SeqCst);
     assert!(

@@ -94,8 +94,9 @@ async fn a_link_re_pointed_moves_the_watch_to_its_new_target() {
     seen(&store, "three").await;
     let reads = settled_reads(&store).await;
     rename_over(&root.join("old/token"), "stale");
+    // A quiet window, then "at most": no read for the old target.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(store.status().reads, reads, "no read for the old target");
+    assert!(store.status().reads <= reads, "a read for the old target");
     assert_eq!(store.current().header_value(), "Bearer three");
 }
 
