@@ -6,7 +6,8 @@
 //!
 //! - `mode=retry`: watcher + 401 retry (what this crate is for);
 //! - `mode=no-retry`: watcher only, a 401 goes back to the caller;
-//! - `mode=timer-only`: no watcher, no retry, the 60 s re-read every peer relies on.
+//! - `mode=timer-only`: no watcher, no retry: the 60 s re-read every peer relies on, and
+//!   the plain layer's reload on a 401 (which peers do not have).
 //!
 //! ```text
 //! cargo run --release --example revocation [-- --duration 20 --rotate-every 2]
