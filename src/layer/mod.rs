@@ -177,6 +177,7 @@ impl<S, P> BearerService<S, P> {
     /// generation of the token it set.
     #[inline]
     fn authorize(&mut self, headers: &mut HeaderMap) -> Option<u64> {
+        // Ours, not `arc_swap::Cache`: that measured 0.99x (paired rounds) to 1.02x (divan) this.
         if !self.store.is_current(&self.cached) {
             self.cached = self.store.current();
         }
