@@ -12,6 +12,8 @@
 mod kube_api;
 #[path = "../tests/support/serve.rs"]
 mod serve;
+#[path = "../tests/support/tls.rs"]
+mod tls;
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -27,6 +27,8 @@ mod exec_plugin;
 mod kube_api;
 #[path = "../tests/support/serve.rs"]
 mod serve;
+#[path = "../tests/support/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,7 +86,7 @@ async fn main() -> Result<(), BoxError> {
     server.accept_only(&token(serial));
 
     let config = |plugin: &Plugin| {
-        let path = plugin.kubeconfig(&server.url(), server.ca_pem(), "default");
+        let path = plugin.kubeconfig(&server, "default");
         async move {
             let kubeconfig = Kubeconfig::read_from(&path)?;
             let options = KubeConfigOptions::default();

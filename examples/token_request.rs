@@ -24,6 +24,8 @@ mod kube_api;
 mod serve;
 #[path = "../tests/support/sim.rs"]
 mod sim;
+#[path = "../tests/support/tls.rs"]
+mod tls;
 #[path = "../tests/support/token_request.rs"]
 mod token_request;
 

@@ -6,7 +6,6 @@
 mod support;
 
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,7 +14,6 @@ use bearer_reload::source::ExecError;
 use bearer_reload::{LoadError, Options, Reloaded, StoreBuilder, TokenStore};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use support::exec_plugin::{Plugin, process_gone};
 use support::kube_api::KubeApi;
@@ -27,17 +25,9 @@ async fn within<F: Future>(f: F) -> F::Output {
     tokio::time::timeout(DEADLINE, f).await.expect("deadline")
 }
 
-/// What `kube` makes of a kubeconfig file.
-async fn config_from(path: &Path) -> Config {
-    let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap()
-}
-
 /// The config of a kubeconfig whose user runs `plugin` against `server`.
 async fn config_for(plugin: &Plugin, server: &KubeApi) -> Config {
-    config_from(&plugin.kubeconfig(&server.url(), server.ca_pem(), NS)).await
+    support::kube_config(&plugin.kubeconfig(server, NS)).await
 }
 
 /// A client built by `bearer_reload::kube` with `options`, and its store.

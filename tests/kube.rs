@@ -5,7 +5,6 @@
 mod support;
 
 use std::future::Future;
-use std::path::Path;
 use std::time::Duration;
 
 use bearer_reload::Options;
@@ -14,7 +13,6 @@ use bearer_reload::testing::ProjectedTokenDir;
 use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Config};
 use support::kube_api::{KubeApi, User};
 
@@ -25,21 +23,13 @@ async fn within<F: Future>(f: F) -> F::Output {
     tokio::time::timeout(DEADLINE, f).await.expect("deadline")
 }
 
-/// What `kube` makes of a kubeconfig file.
-async fn config_from(path: &Path) -> Config {
-    let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap()
-}
-
 /// A server accepting `token`, a kubelet-style token volume holding it, and the config of
 /// a kubeconfig pointing at both.
 async fn setup(tmp: &tempfile::TempDir, token: &str) -> (KubeApi, ProjectedTokenDir, Config) {
     let server = KubeApi::start().await;
     server.accept_only(token);
     let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), token).unwrap();
-    let config = config_from(&server.kubeconfig(&volume.token_path(), NS)).await;
+    let config = support::kube_config(&server.kubeconfig(&volume.token_path(), NS)).await;
     (server, volume, config)
 }
 
@@ -219,13 +209,15 @@ async fn a_token_file_ending_in_a_newline_works_where_kubes_own_fails() {
     std::fs::write(&path, "plain\n").unwrap();
     let kubeconfig = server.kubeconfig(&path, NS);
 
-    let ours = client(config_from(&kubeconfig).await).await.unwrap();
+    let ours = client(support::kube_config(&kubeconfig).await)
+        .await
+        .unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(ours);
     within(cms.list(&ListParams::default())).await.unwrap();
     assert_eq!(server.tokens(), ["plain"]);
 
     // If this fails, kube trims token files now: update the README.
-    let own = kube::Client::try_from(config_from(&kubeconfig).await).unwrap();
+    let own = kube::Client::try_from(support::kube_config(&kubeconfig).await).unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(own);
     let err = within(cms.list(&ListParams::default())).await.unwrap_err();
     assert!(matches!(err, kube::Error::Service(_)), "{err:?}");
@@ -252,7 +244,7 @@ async fn impersonation_and_the_default_namespace_reach_the_server() {
         impersonate_groups: &["devs", "ops"],
         ..User::default()
     };
-    let config = config_from(&server.kubeconfig_for(&user, "team-b")).await;
+    let config = support::kube_config(&server.kubeconfig_for(&user, "team-b")).await;
     assert_eq!(config.default_namespace, "team-b");
     let ReloadingClient { client, .. } = client_with(config, quiet()).await.unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(client);
@@ -297,7 +289,7 @@ async fn a_config_without_a_token_file_gets_kubes_own_client() {
         token: Some("inline"),
         ..User::default()
     };
-    let config = config_from(&server.kubeconfig_for(&inline, NS)).await;
+    let config = support::kube_config(&server.kubeconfig_for(&inline, NS)).await;
     let built = client_with(config, Options::new()).await.unwrap();
     assert!(built.store.is_none());
     let cms: Api<ConfigMap> = Api::default_namespaced(built.into_client());
@@ -311,7 +303,7 @@ async fn a_config_without_a_token_file_gets_kubes_own_client() {
         token_file: Some(&path),
         ..User::default()
     };
-    let config = config_from(&server.kubeconfig_for(&both, NS)).await;
+    let config = support::kube_config(&server.kubeconfig_for(&both, NS)).await;
     let built = client_with(config, Options::new()).await.unwrap();
     assert!(built.store.is_none());
     let cms: Api<ConfigMap> = Api::default_namespaced(built.client);
@@ -325,7 +317,7 @@ async fn a_missing_token_file_is_an_error_naming_the_path() {
     let tmp = tempfile::tempdir().unwrap();
     let server = KubeApi::start().await;
     let path = tmp.path().join("no-such-token");
-    let config = config_from(&server.kubeconfig(&path, NS)).await;
+    let config = support::kube_config(&server.kubeconfig(&path, NS)).await;
     let Err(err) = client(config).await else {
         panic!("a missing token file must fail");
     };

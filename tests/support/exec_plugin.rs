@@ -8,15 +8,14 @@
 //! 4. if `fail` exists, prints it on stderr and exits with status 1;
 //! 5. prints `credential`.
 //!
-//! Self-contained (only the crate's dependencies and dev-dependencies), so that examples can
-//! include it with `#[path = "../tests/support/exec_plugin.rs"] mod exec_plugin;`.
+//! Writes its kubeconfig through `kube_api.rs` beside it (`super::kube_api`), so examples
+//! include both with `#[path = "../tests/support/..."]`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use base64::Engine as _;
 use bearer_reload::source::exec::{ExecSource, InteractiveMode};
 use serde_json::json;
 
@@ -136,43 +135,18 @@ impl Plugin {
         }
     }
 
-    /// A kubeconfig (next to the script) for the API server at `server` with its CA,
-    /// whose user authenticates with this plugin; returns its path.
-    pub fn kubeconfig(&self, server: &str, ca_pem: &str, namespace: &str) -> PathBuf {
-        let q = |s: &str| serde_json::to_string(s).unwrap();
-        let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-        let yaml = format!(
-            "apiVersion: v1\n\
-             kind: Config\n\
-             clusters:\n\
-             - name: test\n  \
-               cluster:\n    \
-                 server: {server}\n    \
-                 certificate-authority-data: {ca}\n\
-             users:\n\
-             - name: test\n  \
-               user:\n    \
-                 exec:\n      \
-                   apiVersion: {api}\n      \
-                   command: {command}\n      \
-                   interactiveMode: Never\n      \
-                   installHint: {hint}\n\
-             contexts:\n\
-             - name: test\n  \
-               context:\n    \
-                 cluster: test\n    \
-                 user: test\n    \
-                 namespace: {namespace}\n\
-             current-context: test\n",
-            server = q(server),
-            api = q(API_VERSION),
-            command = q(&self.script.to_string_lossy()),
-            hint = q("the test writes this plugin"),
-            namespace = q(namespace),
-        );
-        let path = self.dir.path().join("kubeconfig.yaml");
-        std::fs::write(&path, yaml).unwrap();
-        path
+    /// A kubeconfig for the API server `api` whose user authenticates with this plugin;
+    /// returns its path.
+    pub fn kubeconfig(&self, api: &super::kube_api::KubeApi, namespace: &str) -> PathBuf {
+        let user = super::kube_api::User {
+            exec: Some(super::kube_api::ExecUser {
+                api_version: API_VERSION,
+                command: &self.script,
+                install_hint: "the test writes this plugin",
+            }),
+            ..Default::default()
+        };
+        api.kubeconfig_for(&user, namespace)
     }
 
     fn write(&self, name: &str, contents: &str) {

@@ -14,8 +14,8 @@
 //!   signed tokens can be plugged in.
 //! - Every request is recorded ([`Seen`]): its token, impersonation headers and namespace.
 //!
-//! Self-contained (only the crate's dependencies and dev-dependencies), so that examples can
-//! include it with `#[path = "../tests/support/kube_api.rs"] mod kube_api;`.
+//! Built on `serve.rs` and `tls.rs` beside it (`super::serve`, `super::tls`), so that
+//! examples can include the three with `#[path = "../tests/support/..."]`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
@@ -31,7 +31,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -80,6 +79,19 @@ pub struct User<'a> {
     pub impersonate: Option<&'a str>,
     /// `as-groups`.
     pub impersonate_groups: &'a [&'a str],
+    /// `exec`: a credential plugin.
+    pub exec: Option<ExecUser<'a>>,
+}
+
+/// A kubeconfig user's `exec` section, for [`User::exec`].
+#[derive(Clone, Copy, Debug)]
+pub struct ExecUser<'a> {
+    /// `apiVersion`.
+    pub api_version: &'a str,
+    /// `command`.
+    pub command: &'a Path,
+    /// `installHint`.
+    pub install_hint: &'a str,
 }
 
 #[derive(Default)]
@@ -273,6 +285,15 @@ impl KubeApi {
                 entry += &format!("    - {}\n", q(group));
             }
         }
+        if let Some(exec) = &user.exec {
+            entry += &format!(
+                "    exec:\n      apiVersion: {}\n      command: {}\n      \
+                 interactiveMode: Never\n      installHint: {}\n",
+                q(exec.api_version),
+                q(&exec.command.to_string_lossy()),
+                q(exec.install_hint),
+            );
+        }
         if entry.is_empty() {
             entry = "    {}\n".to_owned();
         }
@@ -339,43 +360,8 @@ fn new_metadata(state: &State, namespace: &str, name: &str, labels: Value) -> Va
 
 /// A CA, and a server certificate it signed for 127.0.0.1 and localhost: (CA PEM, config).
 fn certificates() -> (String, rustls::ServerConfig) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "bearer-reload test kubernetes CA");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-
-    let key = KeyPair::generate().unwrap();
-    let mut server =
-        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-    server
-        .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = server.signed_by(&key, &ca_cert, &ca_key).unwrap();
-
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(cert.der().to_vec())],
-            PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
-        )
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    (ca_cert.pem(), config)
+    let ca = super::tls::TestCa::new();
+    (ca.ca_pem().to_owned(), ca.server_config())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {

@@ -126,3 +126,11 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
 pub fn random_hex(n: usize) -> String {
     random_bytes(n).iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// What `kube` makes of a kubeconfig file.
+pub async fn kube_config(path: &Path) -> kube::Config {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).unwrap();
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
