@@ -63,13 +63,15 @@
 //! store), then before its credential's `expirationTimestamp` (a tenth of the lifetime
 //! ahead, at least a minute, with a per-token jitter), and on a 401: once per burst of
 //! 401s, and the refused request is sent again with the new token. A credential without an
-//! expiry is kept until the server refuses it. See [`crate::source::exec`].
+//! expiry is kept until the server refuses it. [`source::exec`](crate::source::exec) says
+//! how a plugin is run.
 //!
-//! - A run may take 60 s by default ([`default_read_timeout`](crate::source::TokenSource::default_read_timeout)), longer than a
-//!   file read's 10 s: cloud plugins log in before they answer. A plugin that waits for the
-//!   user (a browser or device-code login) may need more:
+//! - A run may take 60 s by default
+//!   ([`default_read_timeout`](crate::source::TokenSource::default_read_timeout)), longer
+//!   than a file read's 10 s: cloud plugins log in before they answer. A plugin that waits
+//!   for the user (a browser or device-code login) may need more:
 //!   `Options::new().read_timeout(Duration::from_secs(300))`.
-//! - A relative `command` with a path separator was resolved against the kubeconfig's
+//! - A relative `command` with a path separator is resolved against the kubeconfig's
 //!   directory by kube's loader (`Kubeconfig::read_from`, `Config::infer`); a config built
 //!   otherwise runs it relative to the working directory.
 //! - A plugin whose credential holds a client certificate (`clientCertificateData`) is out
@@ -90,6 +92,9 @@
 //! whole stack in its own `Buffer`, as it always does.
 //!
 //! Runnable examples: `examples/kube_incluster.rs` and `examples/kube_kubeconfig.rs`.
+//!
+//! [`Config`]: https://docs.rs/kube/5/kube/struct.Config.html
+//! [`Config::default_retry`]: https://docs.rs/kube/5/kube/struct.Config.html#structfield.default_retry
 
 use std::fmt;
 use std::path::PathBuf;
@@ -146,9 +151,9 @@ pub enum Retry {
 ///
 /// The defaults are the store's: a token file's directory is watched and the file re-read
 /// every 60 s regardless, an exec plugin is run again before its token expires, tokens up
-/// to 64 KiB are accepted, a read may take 10 s (a plugin run 60 s), 401s to one token
-/// reload at most once a second; and a request refused with 401 is sent once more when the
-/// reload found a new token.
+/// to 64 KiB are accepted, a read may take 10 s (a plugin run 60 s), and 401s to one token
+/// trigger at most one reload a second; a request refused with 401 is sent once more when
+/// the reload found a new token.
 ///
 /// ```
 /// use std::time::Duration;
@@ -250,6 +255,8 @@ pub async fn infer() -> Result<Client, Error> {
 ///
 /// Configs that use neither a token file nor an exec plugin get kube's own client,
 /// unchanged (see the [module docs](self)). Must be called within a tokio runtime.
+///
+/// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
 pub async fn client(config: Config) -> Result<Client, Error> {
     Ok(client_with(config, ClientOptions::new()).await?.client)
 }

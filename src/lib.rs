@@ -1,22 +1,45 @@
-//! # bearer-reload
-//!
 //! Client-side [tower](https://docs.rs/tower) middleware that puts
 //! `Authorization: Bearer <token>` on every request, from a token that another process
 //! rotates (a projected service-account token, a kubeconfig `tokenFile`, a Vault agent
 //! sink) or that a [`TokenSource`](source::TokenSource) of your own fetches, and keeps every
 //! request working through the rotation.
 //!
-//! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
+//! When the file changes, a watcher on its directory has the new token installed within
+//! milliseconds, and a timer re-reads it as a backstop; a bad read (an empty, half-written
+//! or unreadable file) never replaces the last good token. A request that still meets a
+//! 401 reloads the token at once for the requests that follow and, with
+//! [`RetryUnauthorized`], is itself sent once more with the new token. The request path
+//! costs one atomic load and the clone of a prebuilt, sensitive header value.
 //!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
+//! use bytes::Bytes;
+//! use http::Request;
+//! use http_body_util::Empty;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! // Reads the token once (an error names the path and the problem), then follows it.
 //! let store = TokenFile::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
 //!     .load()
 //!     .await?;
-//! let layer = BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::new());
-//! // ServiceBuilder::new().layer(layer).service(client) ...
-//! # let _ = layer; Ok(()) }
+//!
+//! // Any tower HTTP client; here hyper-util's (hyper-rustls adds TLS).
+//! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let client = ServiceBuilder::new()
+//!     .layer(BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new()))
+//!     .service(http);
+//!
+//! let request = Request::get("http://api.internal/healthz").body(Empty::new())?;
+//! let response = client.oneshot(request).await?;
+//! println!("{} with token {}", response.status(), store.current().fingerprint());
+//! println!("{:?}", store.status()); // generation, reads, failures, 401s, retries
+//! # Ok(()) }
 //! ```
+//!
+//! For kube-rs, [`kube::infer`] builds the whole client in one line (feature `kube`).
 //!
 //! # How it fits together
 //!
@@ -26,26 +49,41 @@
 //!   and its implementations for a file ([`FileSource`](source::FileSource)), a Kubernetes
 //!   exec credential plugin ([`ExecSource`](source::ExecSource)), an async closure
 //!   ([`FnSource`](source::FnSource)) and, with feature `kube`, the TokenRequest API
-//!   (`TokenRequestSource`: audience-bound service-account tokens).
+//!   ([`TokenRequestSource`]: audience-bound service-account tokens).
 //! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
 //!   the token says about itself ([`TokenKind`]: a JWT's claims, a bootstrap token's id).
-//! - [`store`]: the current token behind an `ArcSwap` ([`TokenStore`]); single-flight
+//! - [`store`]: the current token behind an atomic pointer ([`TokenStore`]); single-flight
 //!   reads that keep the last good token; [`Status`]; a weak [`Handle`](store::Handle) for
 //!   the background work.
-//! - The timer and the directory watcher keep a store fresh; [`StoreBuilder`] (and its
-//!   forms [`TokenFile`], [`TokenLoader`], [`Options`]) builds the store and starts them.
-//! - [`layer`]: the tower middleware ([`BearerLayer`]), with [`RetryUnauthorized`];
-//!   [`classify`] says what counts as unauthorized, [`body`] makes request bodies
-//!   replayable.
-//! - `kube` (feature `kube`): a `kube::Client` built with the layer, for a token file or an
-//!   exec plugin. `reqwest` (feature `reqwest`): the same for reqwest-middleware clients.
-//!   `metrics` (feature `metrics`): what every store reports through the `metrics` facade,
-//!   and alert rules. `testing` (feature `testing`): kubelet-faithful token writers for
-//!   your own tests.
+//! - [`StoreBuilder`] builds a store on a source and starts what keeps it fresh: the
+//!   timer, and for a file the directory watcher. [`TokenFile`] (a file), [`TokenLoader`]
+//!   (an async closure) and [`Options`] (no source yet) are its forms.
+//! - [`layer`]: the tower middleware ([`BearerLayer`]), which reloads the token on a 401,
+//!   and [`RetryUnauthorized`] ([`layer::retry`]), which also sends the request again;
+//!   [`classify`] says what counts as unauthorized (HTTP 401, gRPC `UNAUTHENTICATED`),
+//!   [`body`] makes request bodies replayable.
 //! - tonic: the layer over a `tonic::transport::Channel`, with
-//!   [`RetryUnauthorized::grpc()`] and [`ReplayLayer`](body::ReplayLayer) (see the README).
+//!   [`RetryUnauthorized::grpc()`] and a [`ReplayLayer`](body::ReplayLayer), whose docs
+//!   show the stack.
+//!
+//! # Feature flags
+//!
+//! The core needs none of them.
+//!
+//! | feature | module | what it adds |
+//! |---|---|---|
+//! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, rustls + ring); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
+//! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
+//! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
+//! | `testing` | [`testing`] | kubelet-faithful token writers for your own tests; [`StoreBuilder::simulated_clock`] |
 //!
 //! # Where the layer goes
+//!
+//! Outermost → innermost:
+//!
+//! ```text
+//! a general retry (429/503/504) ─▶ BearerLayer (and its 401 retry) ─▶ FollowRedirect ─▶ HTTP client
+//! ```
 //!
 //! - **Outside tower-http's `FollowRedirect`.** The header is then set once, on the first
 //!   hop, and `FollowRedirect`'s policy strips it on cross-origin hops, so a redirect to
@@ -54,9 +92,36 @@
 //! - **Inside a general retry layer** (such as kube's retry of 429/503/504), so that each
 //!   of its attempts carries the token current at that moment; the 401 retry here is
 //!   separate and happens at most once per attempt.
-//! - **Outside any layer that sets `Authorization` itself** (kube's own auth layer, for
-//!   one): the layer closest to the wire wins. The `kube` module takes kube's token out of
-//!   its config for this reason.
+//! - **Not with another layer that sets `Authorization`** (kube's own auth layer,
+//!   tower-http's `AddAuthorization`): one inside this layer overwrites its token, and a
+//!   header set outside it is kept (unless
+//!   [`overwrite_existing`](BearerLayer::overwrite_existing)), so that request's 401s
+//!   reload nothing. Give the credentials to one layer only: the [`kube`] module takes
+//!   kube's token out of its config for this reason.
+//!
+// Feature-gated items exist only with their feature: without it, their links point at the
+// feature table, so that no build of these docs shows a broken link.
+#![cfg_attr(
+    feature = "kube",
+    doc = "[`TokenRequestSource`]: source::TokenRequestSource"
+)]
+#![cfg_attr(
+    not(feature = "kube"),
+    doc = "[`kube`]: #feature-flags\n[`kube::infer`]: #feature-flags\n[`TokenRequestSource`]: #feature-flags"
+)]
+#![cfg_attr(
+    feature = "reqwest",
+    doc = "[`BearerMiddleware`]: reqwest::BearerMiddleware"
+)]
+#![cfg_attr(
+    not(feature = "reqwest"),
+    doc = "[`reqwest`]: #feature-flags\n[`BearerMiddleware`]: #feature-flags"
+)]
+#![cfg_attr(not(feature = "metrics"), doc = "[`metrics`]: #feature-flags")]
+#![cfg_attr(
+    not(feature = "testing"),
+    doc = "[`testing`]: #feature-flags\n[`StoreBuilder::simulated_clock`]: #feature-flags"
+)]
 #![deny(missing_docs, unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

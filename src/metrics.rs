@@ -38,6 +38,7 @@
 //! ```
 //!
 //! [`StoreBuilder::name`]: crate::StoreBuilder::name
+//! [`metrics`]: https://docs.rs/metrics/0.24/metrics/
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,14 +12,15 @@
 //!   requests that follow (one read per burst of 401s, at most one a second while a token
 //!   keeps being refused; none when the store already holds a newer token);
 //! - with [`retry_unauthorized`](BearerMiddleware::retry_unauthorized), the refused request
-//!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy it
-//!   (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
+//!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy
+//!   it (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
 //!   back, after the reload has started). Before the second attempt over HTTP/1, the 401's
 //!   body is read and dropped (up to [`DRAIN_LIMIT`] bytes, for at most [`DRAIN_TIME`]) so
 //!   that its connection is reused, as the tower layer does.
 //!
 //! [`DRAIN_LIMIT`]: crate::layer::retry::DRAIN_LIMIT
 //! [`DRAIN_TIME`]: crate::layer::retry::DRAIN_TIME
+//! [`reqwest::Request::try_clone`]: https://docs.rs/reqwest/0.13/reqwest/struct.Request.html#method.try_clone
 //!
 //! reqwest follows redirects inside the client, below the middleware, and removes
 //! `Authorization` from a redirect to another host, so the token never follows a redirect
@@ -72,7 +73,9 @@ enum OnUnauthorized {
 }
 
 /// A [`reqwest_middleware::Middleware`] that adds the store's current bearer token to every
-/// request. See the [module docs](self).
+/// request and reloads the token when a server refuses it. See the [module docs](self).
+///
+/// [`reqwest_middleware::Middleware`]: https://docs.rs/reqwest-middleware/0.5/reqwest_middleware/trait.Middleware.html
 #[derive(Debug, Clone)]
 pub struct BearerMiddleware {
     store: TokenStore,

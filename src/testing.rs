@@ -157,7 +157,8 @@ impl ProjectedTokenDir {
         Ok(renamed_at)
     }
 
-    /// The user-visible file, `<dir>/token`: the path to give
+    /// The user-visible file, `<dir>/token` (or the name given to
+    /// [`create_named`](Self::create_named)): the path to give
     /// [`TokenFile::new`](crate::TokenFile::new).
     pub fn token_path(&self) -> PathBuf {
         self.dir.join(&self.file_name)

@@ -1,4 +1,5 @@
-//! A bearer token: bytes from a file, validated, trimmed, and prebuilt as a sensitive header.
+//! A bearer token: bytes from a source, validated, trimmed, and prebuilt as a sensitive
+//! header.
 //!
 //! A [`Token`] never shows its secret: `Debug` and `Display` print a short
 //! [`Fingerprint`] (the first 8 hex digits of the SHA-256 of the token), which is enough to
@@ -44,7 +45,7 @@ pub(crate) mod claims;
 
 pub use claims::{Claims, Freshness, KubernetesClaims};
 
-/// The default cap on the size of a token file: 64 KiB.
+/// The default cap on the size of a token, in bytes as the source gives them: 64 KiB.
 pub const DEFAULT_MAX_SIZE: usize = 64 * 1024;
 
 const PREFIX: &[u8] = b"Bearer ";

@@ -24,7 +24,8 @@ use super::{DEFAULT_REPLAY_LIMIT, ReplayBody};
 ///               B → ReplayBody<B>      (copies, retries)    ReplayBody<B> → client's body
 /// ```
 ///
-/// For tonic (`RetryUnauthorized::grpc()` tells a trailers-only `UNAUTHENTICATED`):
+/// For tonic ([`RetryUnauthorized::grpc()`](crate::RetryUnauthorized::grpc) recognises a
+/// trailers-only `UNAUTHENTICATED`):
 ///
 /// ```no_run
 /// # async fn run(store: bearer_reload::TokenStore) -> Result<(), Box<dyn std::error::Error>> {

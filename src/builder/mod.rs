@@ -18,7 +18,7 @@ use crate::token::DEFAULT_MAX_SIZE;
 ///
 /// ```
 /// use std::time::Duration;
-/// use bearer_reload::{Options, TokenFile};
+/// use bearer_reload::Options;
 ///
 /// let options = Options::new().refresh_interval(Some(Duration::from_secs(30)));
 /// let builder = options.source(bearer_reload::source::FileSource::new("/run/token"));
@@ -33,7 +33,7 @@ pub type TokenFile = StoreBuilder<FileSource>;
 /// the options.
 pub type TokenLoader = StoreBuilder<FnSource>;
 
-/// The source of an [`Options`]: none yet.
+/// The source type of a [`StoreBuilder`] that has no source yet ([`Options`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoSource;
 
@@ -298,6 +298,24 @@ impl<S: TokenSource> StoreBuilder<S> {
     /// process already serves, with the same options, gets that store (and a refresher with
     /// nothing to do): one file read, one timer and one watch however many times it is
     /// loaded.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), bearer_reload::LoadError> {
+    /// use bearer_reload::TokenLoader;
+    ///
+    /// let (store, refresher) = TokenLoader::new("static", || async {
+    ///     Ok::<_, std::io::Error>(b"abc".to_vec())
+    /// })
+    /// .pair()
+    /// .await?;
+    /// let background = tokio::spawn(refresher); // or into the application's own task set
+    /// assert_eq!(store.current().header_value(), "Bearer abc");
+    ///
+    /// drop(store);
+    /// background.await.unwrap(); // the refresher ends with the store
+    /// # Ok(()) }
+    /// ```
     pub async fn pair(self) -> Result<(TokenStore, Refresher), LoadError> {
         let key = self.share_key();
         if let Some(store) = key.as_ref().and_then(share::shared_store) {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// The background work of a store (its timer and watcher), from [`StoreBuilder::pair`]:
+/// The background work of a store (its timer and watcher), from [`StoreBuilder::pair`](crate::StoreBuilder::pair):
 /// a future to spawn. It ends when the store is dropped.
 #[must_use = "a refresher does nothing unless it is spawned or polled"]
 pub struct Refresher(pub(super) Pin<Box<dyn Future<Output = ()> + Send>>);

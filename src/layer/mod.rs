@@ -60,9 +60,13 @@ pub struct ReloadOnUnauthorized<C = Http401> {
     classifier: C,
 }
 
-/// Layer that adds the store's current bearer token to every request.
+/// Layer that adds the store's current bearer token to every request and reloads the token
+/// when a server refuses it (HTTP 401 by default).
 ///
-/// See the [module docs](crate::layer) for an example.
+/// The refused request itself goes back to the caller; with
+/// [`retry_unauthorized`](BearerLayer::retry_unauthorized) it is sent once more with the
+/// new token. See the [module docs](crate::layer) for an example, and
+/// [the crate docs](crate#where-the-layer-goes) for where it goes in a stack.
 #[derive(Debug, Clone)]
 pub struct BearerLayer<P = ReloadOnUnauthorized> {
     store: TokenStore,
@@ -140,7 +144,8 @@ impl<S, P: Clone> Layer<S> for BearerLayer<P> {
     }
 }
 
-/// Service that adds the store's current bearer token to every request.
+/// Service that adds the store's current bearer token to every request and reloads the
+/// token when a server refuses it.
 ///
 /// Built by [`BearerLayer`].
 #[derive(Debug, Clone)]

@@ -42,9 +42,15 @@
 //!
 //! With the `kube` feature, an `ExecSource` converts from a kubeconfig's
 //! `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`), and
-//! [`bearer_reload::kube`](crate::kube) uses it for every config whose user has an `exec`
+//! [`bearer_reload::kube`] uses it for every config whose user has an `exec`
 //! section. Credentials that hold a client certificate are refused
 //! ([`ExecError::ClientCertificate`]): that kind of plugin is out of this crate's scope.
+//!
+#![cfg_attr(feature = "kube", doc = "[`bearer_reload::kube`]: crate::kube")]
+#![cfg_attr(
+    not(feature = "kube"),
+    doc = "[`bearer_reload::kube`]: crate#feature-flags"
+)]
 
 use std::ffi::OsString;
 use std::fmt;
@@ -89,7 +95,8 @@ pub enum InteractiveMode {
     Always,
 }
 
-/// An exec credential plugin (see the [module docs](self)).
+/// A Kubernetes exec credential plugin, run as a token source (see the
+/// [module docs](self)).
 ///
 /// Built by hand with [`ExecSource::new`] and its setters, or (feature `kube`) from a
 /// kubeconfig's `ExecConfig` with `ExecSource::try_from(&exec)`.

@@ -12,8 +12,8 @@
 //!   `tokenFile`, a Vault agent sink), built by [`TokenFile`](crate::TokenFile);
 //! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader);
 //! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
-//!   `kubelogin`, ...), see [`exec`].
-//! - `TokenRequestSource` (feature `kube`): audience-bound service-account tokens from the
+//!   `kubelogin`, ...), see [`exec`];
+//! - [`TokenRequestSource`] (feature `kube`): audience-bound service-account tokens from the
 //!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
 //!
 //! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
@@ -50,6 +50,10 @@
 //! ```
 //!
 //! [`StoreBuilder::from_source`]: crate::StoreBuilder::from_source
+#![cfg_attr(
+    not(feature = "kube"),
+    doc = "[`TokenRequestSource`]: crate#feature-flags"
+)]
 
 use std::fmt;
 use std::future::Future;
@@ -157,11 +161,12 @@ impl fmt::Debug for Fetched {
 pub enum Trigger {
     /// The first fetch, when the store is built.
     Load,
-    /// [`TokenStore::reload`](crate::TokenStore::reload).
+    /// A call to [`TokenStore::reload`](crate::TokenStore::reload).
     Call,
     /// The timer: the period, or a moment the token's dates tell about.
     Timer,
-    /// The watcher saw the file's directory change.
+    /// The watcher saw the file change: an event in its directory, or in the directory of
+    /// a symlink on the way to it.
     Watch,
     /// A server refused the current token: a cached copy of it must not be handed out
     /// again.

@@ -25,7 +25,7 @@ pub use error::{InvalidTokenRequest, TokenRequestError};
 /// A workload that calls Vault, or another service that checks a token's audience, asks the
 /// API server for a token of a service account with that audience
 /// (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`). This source makes that
-/// request with a [`kube::Client`](::kube::Client); the store built on it keeps the token
+/// request with a [`kube::Client`]; the store built on it keeps the token
 /// fresh:
 ///
 /// - **Refresh**: each token asks to be fetched again at the kubelet's point (its
@@ -69,6 +69,8 @@ pub use error::{InvalidTokenRequest, TokenRequestError};
 ///
 /// Built by [`TokenRequestSource::builder`]; every fetch is one API call: the store is the
 /// cache.
+///
+/// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
 #[derive(Clone)]
 pub struct TokenRequestSource {
     client: Client,

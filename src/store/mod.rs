@@ -10,6 +10,8 @@
 //! started by the [builder](crate::StoreBuilder) and hold a weak [`Handle`]: they stop
 //! when the last `TokenStore` clone is dropped.
 //!
+//! [`ArcSwap`]: https://docs.rs/arc-swap/1/arc_swap/type.ArcSwap.html
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -144,10 +146,14 @@ impl Drop for Shared {
     }
 }
 
-/// A cheap, clonable handle to the current token of one source.
+/// The current token of one source, shared by every request: cheap to clone, lock-free to
+/// read.
 ///
-/// Background refreshers (timer, watcher) hold only a weak [`Handle`]: they stop when the
-/// last `TokenStore` clone, including those inside layers, is dropped.
+/// Built by [`StoreBuilder::load`](crate::StoreBuilder::load) (through
+/// [`TokenFile`](crate::TokenFile), [`TokenLoader`](crate::TokenLoader) or
+/// [`StoreBuilder::from_source`](crate::StoreBuilder::from_source)); every clone is the same
+/// store. Background refreshers (timer, watcher) hold only a weak [`Handle`]: they stop
+/// when the last `TokenStore` clone, including those inside layers, is dropped.
 #[derive(Clone)]
 pub struct TokenStore {
     shared: Arc<Shared>,
@@ -227,7 +233,7 @@ impl TokenStore {
         Handle::new(Arc::downgrade(&self.shared))
     }
 
-    /// Whether both handles are the same store.
+    /// Whether both are clones of the same store.
     pub fn ptr_eq(&self, other: &TokenStore) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }

@@ -37,6 +37,8 @@ pub struct UnauthorizedStats {
 }
 
 /// A snapshot of a store's state, for health checks and debugging. Holds no secret.
+///
+/// From [`TokenStore::status`](crate::TokenStore::status).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Status {
