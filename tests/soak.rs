@@ -102,6 +102,7 @@ async fn rotate(
     projected: Arc<ProjectedTokenDir>,
     mut current: [String; 2],
     stop: Arc<AtomicBool>,
+    in_flight: Arc<InFlight>,
 ) -> (u64, [String; 2], Vec<(Style, u64)>) {
     let mut per_style: Vec<(Style, u64)> = Vec::new();
     let mut step = 0u64;
@@ -110,6 +111,8 @@ async fn rotate(
         // the period, and a token must stay current (and accepted) for a period at least,
         // or a request could meet two rotations in one round trip.
         tokio::time::sleep(ROTATE_EVERY).await;
+        in_flight.settle_before(step).await;
+        in_flight.step.store(step, Ordering::SeqCst);
         let style = STYLES[step as usize % STYLES.len()];
         let (slot, name) = match style {
             Style::Kubelet => (1, "kubelet"),
@@ -152,6 +155,40 @@ async fn rotate(
     (step, current, per_style)
 }
 
+/// The rotation step at which each client's request in flight started (`IDLE` between
+/// requests), so that the writer never lets one request span two rotations: a request
+/// refused after a rotation gets one retry, with the token of that rotation, and must not
+/// meet the next one too. On a loaded machine a request can take longer than the pause
+/// between rotations; the writer then waits for it rather than fail it.
+struct InFlight {
+    step: AtomicU64,
+    started: Vec<AtomicU64>,
+}
+
+const IDLE: u64 = u64::MAX;
+
+impl InFlight {
+    fn new(clients: usize) -> Self {
+        Self {
+            step: AtomicU64::new(0),
+            started: (0..clients).map(|_| AtomicU64::new(IDLE)).collect(),
+        }
+    }
+
+    /// Waits until no request that started before step `step - 1` is still in flight.
+    async fn settle_before(&self, step: u64) {
+        let Some(previous) = step.checked_sub(1) else {
+            return;
+        };
+        support::eventually("the requests of two rotations ago to finish", || {
+            self.started
+                .iter()
+                .all(|s| s.load(Ordering::SeqCst) >= previous)
+        })
+        .await;
+    }
+}
+
 #[derive(Default)]
 struct Counts {
     ok: AtomicU64,
@@ -178,6 +215,7 @@ async fn client(
     url: String,
     stop: Arc<AtomicBool>,
     counts: Arc<Counts>,
+    in_flight: Arc<InFlight>,
 ) {
     let layer = BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new());
     let http2 = id >= CLIENTS / 2;
@@ -197,7 +235,11 @@ async fn client(
         } else {
             Request::get(&url).body(Full::default()).unwrap()
         };
-        match svc.clone().oneshot(req).await {
+        let started = &in_flight.started[id];
+        started.store(in_flight.step.load(Ordering::SeqCst), Ordering::SeqCst);
+        let response = svc.clone().oneshot(req).await;
+        started.store(IDLE, Ordering::SeqCst);
+        match response {
             Ok(res) if res.status() == StatusCode::OK => {
                 // Read the body so that the connection goes back to the pool.
                 let _ = res.into_body().collect().await;
@@ -261,6 +303,7 @@ async fn eight_clients_lose_no_request_over_rotations_in_every_style() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
+    let in_flight = Arc::new(InFlight::new(CLIENTS));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
             tokio::spawn(client(
@@ -269,6 +312,7 @@ async fn eight_clients_lose_no_request_over_rotations_in_every_style() {
                 server.url(&format!("/client/{id}")),
                 stop.clone(),
                 counts.clone(),
+                in_flight.clone(),
             ))
         })
         .collect();
@@ -279,6 +323,7 @@ async fn eight_clients_lose_no_request_over_rotations_in_every_style() {
         projected.clone(),
         first.clone(),
         stop.clone(),
+        in_flight.clone(),
     ));
 
     let started = Instant::now();
