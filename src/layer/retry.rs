@@ -476,4 +476,50 @@ mod tests {
         let refuse = RetryUnauthorized::new().clone_body_fn(|_: &Theirs| None);
         assert!(clone_request(&req, &refuse.clone_body).is_none());
     }
+
+    #[tokio::test]
+    async fn a_body_copied_by_a_function_is_sent_again_after_a_401() {
+        use tower_layer::Layer;
+        use tower_service::Service as _;
+
+        /// A body type of another crate: no `TryCloneBody`, a copy method of its own.
+        #[derive(Debug)]
+        struct Theirs(&'static str);
+        impl Theirs {
+            fn duplicate(&self) -> Self {
+                Theirs(self.0)
+            }
+        }
+
+        let token = Arc::new(std::sync::Mutex::new("old"));
+        let store = crate::TokenLoader::new("test", {
+            let token = token.clone();
+            move || {
+                let bytes = token.lock().unwrap().as_bytes().to_vec();
+                async move { Ok::<_, std::io::Error>(bytes) }
+            }
+        })
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+        *token.lock().unwrap() = "new";
+        let server = tower::service_fn(|req: Request<Theirs>| async move {
+            let ok = req.headers()[AUTHORIZATION] == "Bearer new";
+            let mut res = Response::new(req.into_body().0.to_owned());
+            if !ok {
+                *res.status_mut() = http::StatusCode::UNAUTHORIZED;
+            }
+            Ok::<_, std::convert::Infallible>(res)
+        });
+        let mut client = crate::BearerLayer::new(store.clone())
+            .retry_unauthorized(
+                RetryUnauthorized::new().clone_body_fn(|b: &Theirs| Some(b.duplicate())),
+            )
+            .layer(server);
+        let res = client.call(Request::new(Theirs("payload"))).await.unwrap();
+        assert_eq!(res.status(), http::StatusCode::OK);
+        assert_eq!(res.body(), "payload", "the copy was sent");
+        assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    }
 }

@@ -55,6 +55,7 @@ async fn a_hung_read_times_out_and_does_not_hold_up_later_reloads() {
     let err = store.reload().await.unwrap_err();
     assert!(matches!(err, LoadError::Timeout { .. }), "{err:?}");
     assert!(err.to_string().contains("loader scripted"), "{err}");
+    assert_eq!(err.origin(), "loader scripted");
     assert_eq!(store.current().header_value(), "Bearer one");
     // A 401 gets its answer (no newer token) instead of waiting forever.
     assert!(store.refresh_after_unauthorized(1).await.is_none());
