@@ -38,6 +38,23 @@ impl Scripted {
         })
         .refresh_interval(None)
     }
+    /// Like [`loader`](Self::loader), but the bytes are taken when a read starts, before
+    /// the gate (a write that lands during a read is not that read's), and each permit of
+    /// the gate is used up by the read it lets through.
+    fn snapshot_loader(&self) -> TokenLoader {
+        let this = self.clone();
+        TokenLoader::new("snapshot", move || {
+            let this = this.clone();
+            let bytes = lock(&this.bytes).clone();
+            async move {
+                this.calls.fetch_add(1, Ordering::SeqCst);
+                // Each permit lets one read through.
+                this.gate.acquire().await.unwrap().forget();
+                bytes
+            }
+        })
+        .refresh_interval(None)
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -304,7 +321,7 @@ async fn a_caller_that_goes_away_does_not_cancel_the_read() {
 #[tokio::test]
 async fn reads_asked_for_during_a_read_queue_one_more_read() {
     let src = Scripted::new("one");
-    let store = src.loader().load().await.unwrap();
+    let store = src.snapshot_loader().load().await.unwrap();
     src.gate.forget_permits(usize::MAX);
     let handle = store.downgrade();
     let first = tokio::spawn({
@@ -330,9 +347,18 @@ async fn reads_asked_for_during_a_read_queue_one_more_read() {
         })
         .collect();
     src.set(Ok("two"));
+    // The running read, which took "one" before the write, ends; the queued one starts
+    // and waits at the gate. The later triggers' callers, woken by the first read's end,
+    // must not take its answer.
+    src.gate.add_permits(1);
+    assert!(first.await.unwrap().unwrap().is_ok());
+    crate::test_support::eventually("the queued read started", || {
+        src.calls.load(Ordering::SeqCst) == 3
+    })
+    .await;
     src.gate
         .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
-    assert!(first.await.unwrap().unwrap().is_ok());
+    // The queued read, started after every later trigger, answers them with "two".
     for r in later {
         assert_eq!(r.await.unwrap().unwrap().unwrap().generation(), 2);
     }
@@ -346,14 +372,15 @@ async fn reads_asked_for_during_a_read_queue_one_more_read() {
 #[tokio::test(start_paused = true)]
 async fn the_timer_rereads_and_stops_with_the_last_handle() {
     let src = Scripted::new("one");
-    let store = src
+    // The refresher spawned here, as `load` does, to watch its own task (with `metrics`,
+    // a process-wide gauges task also runs, so counting the runtime's tasks would not do).
+    let (store, refresher) = src
         .loader()
         .refresh_interval(Some(Duration::from_secs(10)))
-        .load()
+        .pair()
         .await
         .unwrap();
-    let metrics = tokio::runtime::Handle::current().metrics();
-    assert_eq!(metrics.num_alive_tasks(), 1, "the timer task");
+    let timer = tokio::spawn(refresher);
     let mut rx = store.subscribe();
     src.set(Ok("two"));
     tokio::time::timeout(Duration::from_secs(11), rx.changed())
@@ -365,14 +392,10 @@ async fn the_timer_rereads_and_stops_with_the_last_handle() {
     let weak = store.downgrade();
     drop(store);
     assert!(weak.upgrade().is_none());
-    // Aborted tasks are reaped by the runtime: wait on it with a deadline.
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while metrics.num_alive_tasks() > 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the timer task ended");
+    tokio::time::timeout(Duration::from_secs(11), timer)
+        .await
+        .expect("the timer task ended within one period of the drop")
+        .unwrap();
     let calls = src.calls.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(100)).await;
     assert_eq!(
@@ -461,4 +484,67 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
     src.set(Ok("two"));
     let next = main.block_on(store.reload()).unwrap();
     assert_eq!(next.generation(), 2);
+}
+
+#[tokio::test]
+async fn a_quiet_read_joined_by_a_reporting_caller_reports_its_failure() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    src.gate.forget_permits(usize::MAX);
+    src.set(Err("the disk is gone"));
+    // The watcher's first attempt after an event: its failure would not be reported.
+    let quiet = tokio::spawn({
+        let handle = store.downgrade();
+        async move {
+            handle
+                .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Quiet)
+                .await
+        }
+    });
+    while src.calls.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // A caller joins that read, and wants its failure reported.
+    let joined = tokio::spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    crate::test_support::eventually("the caller joined", || {
+        store.shared.done.receiver_count() >= 2
+    })
+    .await;
+    src.gate.add_permits(1);
+    assert!(quiet.await.unwrap().unwrap().is_err());
+    assert!(joined.await.unwrap().is_err());
+    assert_eq!(src.calls.load(Ordering::SeqCst), 2, "one read for both");
+    let status = store.status();
+    assert_eq!(status.failures, 1);
+    assert!(status.last_error.is_some());
+}
+
+#[tokio::test]
+async fn a_read_in_flight_ends_with_its_store() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    src.gate.forget_permits(usize::MAX);
+    // A read that hangs, its caller gone.
+    let caller = tokio::spawn({
+        let store = store.clone();
+        async move { store.reload().await }
+    });
+    while src.calls.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    caller.abort();
+    let _ = caller.await;
+    // The hanging fetch holds a clone of the source's state, as the source itself does.
+    assert_eq!(Arc::strong_count(&src.calls), 3);
+    // The last handle goes: the store aborts its read rather than leave it hanging.
+    let weak = store.downgrade();
+    drop(store);
+    assert!(weak.upgrade().is_none(), "the store is gone");
+    crate::test_support::eventually("the hanging fetch dropped", || {
+        Arc::strong_count(&src.calls) == 1
+    })
+    .await;
 }
