@@ -101,3 +101,33 @@ async fn a_failed_body_cannot_replay() {
     assert!(matches!(err, ReplayError::Body(ref e) if e.to_string() == "reset"));
     assert!(!replay.start_replay());
 }
+
+#[tokio::test]
+async fn a_second_replay_supersedes_the_first() {
+    // A retry of a retry: each copy made later takes the body over from the ones before.
+    let mut body = ReplayBody::new(chunks(&["ab", "cd", "ef"]));
+    let mut first = body.try_clone_body().unwrap();
+    let second = body.try_clone_body().unwrap();
+    assert_eq!(
+        body.frame().await.unwrap().unwrap().into_data().unwrap(),
+        "ab"
+    );
+    assert!(first.start_replay());
+    assert!(is_incomplete(body.frame().await));
+    assert_eq!(
+        first.frame().await.unwrap().unwrap().into_data().unwrap(),
+        "ab"
+    );
+    assert!(second.start_replay());
+    assert!(is_incomplete(first.frame().await));
+    assert_eq!(second.collect().await.unwrap().to_bytes(), "abcdef");
+}
+
+#[test]
+fn debug_shows_the_record_not_the_bytes() {
+    let body = ReplayBody::with_limit(Full::new(Bytes::from_static(b"secret")), 100);
+    let shown = format!("{body:?}");
+    assert!(shown.starts_with("ReplayBody"), "{shown}");
+    assert!(shown.contains("limit: 100"), "{shown}");
+    assert!(!shown.contains("secret"), "{shown}");
+}
