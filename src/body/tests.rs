@@ -131,3 +131,66 @@ fn debug_shows_the_record_not_the_bytes() {
     assert!(shown.contains("limit: 100"), "{shown}");
     assert!(!shown.contains("secret"), "{shown}");
 }
+
+#[tokio::test]
+async fn a_body_exactly_at_the_limit_replays() {
+    let body = ReplayBody::with_limit(chunks(&["abcd", "ef"]), 6);
+    let replay = body.try_clone_body().unwrap();
+    assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
+    assert!(replay.start_replay());
+    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+}
+
+/// Chunks that say exactly how many bytes remain, as a body of known length does.
+struct Sized(std::collections::VecDeque<Bytes>);
+
+impl Body for Sized {
+    type Data = Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Poll::Ready(self.0.pop_front().map(|c| Ok(Frame::data(c))))
+    }
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.0.iter().map(|c| c.len() as u64).sum())
+    }
+}
+
+#[tokio::test]
+async fn size_hints_count_the_record_and_the_rest() {
+    let parts = ["abc", "de"].map(|p| Bytes::from_static(p.as_bytes()));
+    let mut body = ReplayBody::new(Sized(parts.into_iter().collect()));
+    let replay = body.try_clone_body().unwrap();
+    assert_eq!(body.size_hint().exact(), Some(5));
+    assert_eq!(
+        body.frame().await.unwrap().unwrap().into_data().unwrap(),
+        "abc"
+    );
+    // The first copy has two bytes to go; a replay has the three recorded as well.
+    assert_eq!(body.size_hint().exact(), Some(2));
+    assert_eq!(replay.size_hint().exact(), Some(5));
+}
+
+#[tokio::test]
+async fn end_of_stream_waits_for_the_trailers() {
+    assert!(ReplayBody::new(http_body_util::Empty::<Bytes>::new()).is_end_stream());
+    assert!(!ReplayBody::new(Full::new(Bytes::from_static(b"ab"))).is_end_stream());
+
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-sum", HeaderValue::from_static("1"));
+    let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"x"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
+    let mut replay = body.try_clone_body().unwrap();
+    body.collect().await.unwrap();
+    assert!(replay.start_replay());
+    assert!(!replay.is_end_stream(), "the data is still to come");
+    assert!(replay.frame().await.unwrap().unwrap().is_data());
+    assert!(!replay.is_end_stream(), "the trailers are still to come");
+    assert!(replay.frame().await.unwrap().unwrap().is_trailers());
+    assert!(replay.is_end_stream());
+}
