@@ -155,6 +155,19 @@ impl Registry {
         }
     }
 
+    /// The events routed so far to the subscribers of `name` in `dir`.
+    #[cfg(test)]
+    pub(crate) fn events_for(&self, dir: &Path, name: &str) -> u64 {
+        let table = lock(&self.table);
+        table
+            .dirs
+            .get(dir)
+            .and_then(|d| d.names.get(std::ffi::OsStr::new(name)))
+            .map_or(0, |subscribers| {
+                subscribers.values().map(|s| s.events()).sum()
+            })
+    }
+
     /// Routes events for `entry` to `signal`, under subscriber `id`.
     fn register(&self, entry: &Entry, id: u64, signal: &Arc<Signal>) {
         let mut table = lock(&self.table);
