@@ -34,3 +34,23 @@ async fn loads_of_one_file_with_the_same_options_share_one_store() {
     );
     assert!(!e.ptr_eq(&f));
 }
+
+#[test]
+fn debug_shows_the_source_and_the_options() {
+    let shown = format!(
+        "{:?}",
+        TokenFile::new("/var/run/token")
+            .name("api")
+            .max_size(123)
+            .refresh_interval(None)
+    );
+    assert!(shown.starts_with("StoreBuilder"), "{shown}");
+    for part in [
+        "/var/run/token",
+        "\"api\"",
+        "max_size: 123",
+        "refresh_interval: Some(None)",
+    ] {
+        assert!(shown.contains(part), "{part} in {shown}");
+    }
+}

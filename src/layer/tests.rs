@@ -240,3 +240,25 @@ async fn a_retry_carries_the_token_current_when_it_leaves() {
     assert_eq!(*seen.lock().unwrap(), ["Bearer first", "Bearer third"]);
     assert_eq!(store.status().unauthorized.retries_succeeded, 1);
 }
+
+/// An inner service that refuses every request at readiness.
+struct Overloaded;
+
+impl Service<Request<()>> for Overloaded {
+    type Response = Response<()>;
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<Response<()>, &'static str>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Err("overloaded"))
+    }
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::ready(Err("called while not ready"))
+    }
+}
+
+#[tokio::test]
+async fn the_inner_services_readiness_reaches_the_caller() {
+    let (_, store) = Source::store("one").await;
+    let mut service = BearerLayer::new(store).layer(Overloaded);
+    assert_eq!(service.ready().await.err(), Some("overloaded"));
+}

@@ -298,3 +298,19 @@ impl<S: TokenSource> DynSource for S {
         Box::pin(async move { fetch.await.map_err(|e| Box::new(e) as _) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_the_length_and_dates_not_the_bytes() {
+        let fetched = Fetched::new(b"a-secret-token".to_vec())
+            .expires_at(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
+        let shown = format!("{fetched:?}");
+        assert!(shown.starts_with("Fetched"), "{shown}");
+        assert!(shown.contains("len: 14"), "{shown}");
+        assert!(shown.contains("1970-01-02T00:00:00Z"), "{shown}");
+        assert!(!shown.contains("a-secret-token"), "{shown}");
+    }
+}

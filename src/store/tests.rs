@@ -548,3 +548,17 @@ async fn a_read_in_flight_ends_with_its_store() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn debug_names_the_source_and_fingerprints_the_token() {
+    let src = Scripted::new("a-secret-token");
+    let store = src.loader().load().await.unwrap();
+    let shown = format!("{store:?}");
+    assert!(shown.starts_with("TokenStore"), "{shown}");
+    assert!(shown.contains("loader scripted"), "{shown}");
+    assert!(
+        shown.contains(&store.current().fingerprint().to_string()),
+        "{shown}"
+    );
+    assert!(!shown.contains("a-secret-token"), "{shown}");
+}
