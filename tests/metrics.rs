@@ -128,6 +128,14 @@ async fn an_operator_scrapes_every_metric_moving_through_a_rotation() {
             .text
             .contains("# TYPE bearer_reload_token_age_seconds gauge")
     );
+    // Every series is described, for the exporter's HELP lines.
+    assert!(
+        after.text.contains(
+            "# HELP bearer_reload_reloads_total Reads of the token source, by trigger and result."
+        ),
+        "{}",
+        after.text
+    );
 
     // The time gauges move by themselves (one task refreshes them every 5 s).
     let age = |e: &Exposition| {
