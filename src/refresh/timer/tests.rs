@@ -622,3 +622,20 @@ async fn a_source_that_asks_again_at_once_gets_the_backoff_not_a_loop() {
     assert_times(&source.fetches(), &[0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 63.0]);
     assert_eq!(store.generation(), 7);
 }
+
+#[test]
+fn tokens_of_one_lifetime_draw_their_own_jitter() {
+    // A fleet's tokens issued together must not all be refreshed at one moment.
+    let exp = SystemTime::now() + Duration::from_secs(3600);
+    let moments: Vec<SystemTime> = (0..5)
+        .map(|i| {
+            let token = crate::token::Token::parse(format!("token-{i}").as_bytes(), 1 << 16);
+            super::before_expiry(&token.unwrap(), exp).unwrap()
+        })
+        .collect();
+    let first = moments.iter().min().unwrap();
+    let last = moments.iter().max().unwrap();
+    // Each is drawn over 90 s (a quarter of the 360 s margin).
+    let spread = last.duration_since(*first).unwrap();
+    assert!(spread > Duration::from_secs(1), "{spread:?}");
+}
