@@ -284,4 +284,45 @@ mod tests {
         assert_eq!(status.unauthorized.retries, 0);
         assert_eq!(status.generation, 2, "the 401 reloaded the token");
     }
+
+    /// A service that refuses every request at readiness.
+    #[derive(Debug)]
+    struct Overloaded;
+
+    impl<B> Service<Request<B>> for Overloaded {
+        type Response = Response<()>;
+        type Error = &'static str;
+        type Future = std::future::Ready<Result<Response<()>, &'static str>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Err("overloaded"))
+        }
+        fn call(&mut self, _: Request<B>) -> Self::Future {
+            std::future::ready(Err("called while not ready"))
+        }
+    }
+
+    fn identity(body: ReplayBody<Opaque>) -> ReplayBody<Opaque> {
+        body
+    }
+
+    #[tokio::test]
+    async fn the_inner_services_readiness_reaches_the_caller() {
+        let layer = ReplayLayer::new(tower::layer::util::Identity::new(), identity);
+        let mut service = layer.layer(Overloaded);
+        let ready = ServiceExt::<Request<Opaque>>::ready(&mut service).await;
+        assert_eq!(ready.err(), Some("overloaded"));
+    }
+
+    #[test]
+    fn debug_shows_the_layers_and_the_limit_not_the_conversion() {
+        let layer = ReplayLayer::new(tower::layer::util::Identity::new(), identity).limit(7);
+        let shown = format!("{layer:?}");
+        assert!(shown.starts_with("ReplayLayer"), "{shown}");
+        assert!(shown.contains("limit: 7"), "{shown}");
+        let service = format!("{:?}", layer.layer(Overloaded));
+        assert!(
+            service.contains("IntoBody { inner: Overloaded"),
+            "{service}"
+        );
+    }
 }

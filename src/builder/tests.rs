@@ -54,3 +54,8 @@ fn debug_shows_the_source_and_the_options() {
         assert!(shown.contains(part), "{part} in {shown}");
     }
 }
+
+#[test]
+fn a_refresher_shows_its_name_only() {
+    assert_eq!(format!("{:?}", Refresher::idle()), "Refresher { .. }");
+}
