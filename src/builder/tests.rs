@@ -59,3 +59,18 @@ fn debug_shows_the_source_and_the_options() {
 fn a_refresher_shows_its_name_only() {
     assert_eq!(format!("{:?}", Refresher::idle()), "Refresher { .. }");
 }
+
+#[tokio::test]
+async fn a_second_load_of_a_shared_source_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "one").unwrap();
+    let quiet = || TokenFile::new(&path).watch(false).refresh_interval(None);
+    let first = quiet().load().await.unwrap();
+    // The file is now empty, which a read would refuse: the second load does not read it,
+    // it gets the live store.
+    std::fs::write(&path, "").unwrap();
+    let second = quiet().load().await.unwrap();
+    assert!(first.ptr_eq(&second));
+    assert_eq!(second.current().header_value(), "Bearer one");
+}

@@ -242,12 +242,15 @@ async fn a_retry_carries_the_token_current_when_it_leaves() {
 }
 
 /// An inner service that refuses every request at readiness.
+#[derive(Clone)]
 struct Overloaded;
 
+type Empty = http_body_util::Empty<bytes::Bytes>;
+
 impl Service<Request<()>> for Overloaded {
-    type Response = Response<()>;
+    type Response = Response<Empty>;
     type Error = &'static str;
-    type Future = std::future::Ready<Result<Response<()>, &'static str>>;
+    type Future = std::future::Ready<Result<Response<Empty>, &'static str>>;
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Err("overloaded"))
     }
@@ -260,5 +263,13 @@ impl Service<Request<()>> for Overloaded {
 async fn the_inner_services_readiness_reaches_the_caller() {
     let (_, store) = Source::store("one").await;
     let mut service = BearerLayer::new(store).layer(Overloaded);
+    assert_eq!(service.ready().await.err(), Some("overloaded"));
+}
+
+#[tokio::test]
+async fn with_the_retry_the_inner_services_readiness_reaches_the_caller() {
+    let (_, store) = Source::store("one").await;
+    let layer = BearerLayer::new(store).retry_unauthorized(crate::RetryUnauthorized::new());
+    let mut service = layer.layer(Overloaded);
     assert_eq!(service.ready().await.err(), Some("overloaded"));
 }

@@ -80,3 +80,14 @@ impl TokenSource for FnSource {
         Some(super::FILE_REFRESH_INTERVAL)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_the_name() {
+        let source = FnSource::new("vault", || async { Ok::<_, std::io::Error>(Vec::new()) });
+        assert_eq!(format!("{source:?}"), r#"FnSource { name: "vault", .. }"#);
+    }
+}

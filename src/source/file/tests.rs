@@ -135,3 +135,21 @@ async fn a_stuck_read_holds_one_thread_and_no_second_read_starts_behind_it() {
     assert_eq!(fetch(&path).await.unwrap(), b"next");
     assert_eq!(source.fetch(cx()).await.unwrap().bytes(), b"next");
 }
+
+#[test]
+fn a_bare_file_name_shares_as_the_file_in_the_working_directory() {
+    // `token` and `./token` are one file, whatever the working directory is.
+    let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+    let want = here.join("token").display().to_string();
+    assert_eq!(FileSource::new("token").share_key(), Some(want.clone()));
+    assert_eq!(FileSource::new("./token").share_key(), Some(want));
+}
+
+#[test]
+fn a_file_is_read_again_every_minute_by_default() {
+    // The backstop for a missed event, cheap for a file.
+    assert_eq!(
+        FileSource::new("token").default_refresh_interval(),
+        Some(Duration::from_secs(60))
+    );
+}
