@@ -90,4 +90,14 @@ mod tests {
         let source = FnSource::new("vault", || async { Ok::<_, std::io::Error>(Vec::new()) });
         assert_eq!(format!("{source:?}"), r#"FnSource { name: "vault", .. }"#);
     }
+
+    #[test]
+    fn a_loader_is_called_again_every_minute_by_default() {
+        // Like a file: nothing says when its token expires.
+        let source = FnSource::new("vault", || async { Ok::<_, std::io::Error>(Vec::new()) });
+        assert_eq!(
+            source.default_refresh_interval(),
+            Some(std::time::Duration::from_secs(60))
+        );
+    }
 }
