@@ -458,16 +458,25 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
         // Poll once, so the read is started on this runtime, then give up.
         let _ = tokio::time::timeout(Duration::from_millis(1), started).await;
     });
-    // A caller joins that read from the main runtime (it subscribes, then waits).
+    // A caller joins that read from the main runtime (it subscribes, then waits), and a
+    // watcher event queues the next read.
     let waiter = main.spawn({
         let store = store.clone();
         async move { store.reload().await }
     });
+    let queued = main.spawn({
+        let handle = store.downgrade();
+        async move {
+            handle
+                .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
+                .await
+        }
+    });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while store.shared.done.receiver_count() == 0 {
+    while store.shared.done.receiver_count() < 2 {
         assert!(
             std::time::Instant::now() < deadline,
-            "the waiter never joined"
+            "the waiters never joined"
         );
         std::thread::yield_now();
     }
@@ -477,6 +486,15 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
     let err = result
         .expect("the waiter is answered")
         .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("runtime"), "{err}");
+    // The queued read cannot run either: it ends with the same error.
+    let result =
+        main.block_on(async { tokio::time::timeout(Duration::from_secs(5), queued).await });
+    let err = result
+        .expect("the queued read's caller is answered")
+        .unwrap()
+        .expect("the store is alive")
         .unwrap_err();
     assert!(err.to_string().contains("runtime"), "{err}");
     // The next reload starts a new read, on a live runtime.
@@ -561,4 +579,57 @@ async fn debug_names_the_source_and_fingerprints_the_token() {
         "{shown}"
     );
     assert!(!shown.contains("a-secret-token"), "{shown}");
+}
+
+#[tokio::test]
+async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
+    let src = Scripted::new("one");
+    let store = src.snapshot_loader().load().await.unwrap();
+    src.gate.forget_permits(usize::MAX);
+    src.set(Err("the disk is gone"));
+    let handle = store.downgrade();
+    let ask = |report| {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            handle
+                .reload(Trigger::Watch, Recency::InFlight, report)
+                .await
+        })
+    };
+    // Two quiet callers share one read: its failure stays quiet.
+    let quiet = [ask(OnFailure::Quiet), ask(OnFailure::Quiet)];
+    crate::test_support::eventually("both joined", || store.shared.done.receiver_count() >= 2)
+        .await;
+    src.gate.add_permits(1);
+    for caller in quiet {
+        assert!(caller.await.unwrap().unwrap().is_err());
+    }
+    assert_eq!(store.status().failures, 0);
+    // A reporting read joined by a quiet caller still reports.
+    let callers = [ask(OnFailure::Report), ask(OnFailure::Quiet)];
+    crate::test_support::eventually("both joined", || store.shared.done.receiver_count() >= 2)
+        .await;
+    src.gate.add_permits(1);
+    for caller in callers {
+        assert!(caller.await.unwrap().unwrap().is_err());
+    }
+    assert_eq!(store.status().failures, 1);
+    assert_eq!(
+        src.calls.load(Ordering::SeqCst),
+        3,
+        "load, then one read per pair"
+    );
+}
+
+#[tokio::test]
+async fn a_handle_shows_its_source_while_the_store_lives() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    let handle = store.downgrade();
+    assert_eq!(
+        format!("{handle:?}"),
+        r#"Handle { source: Some("loader scripted") }"#
+    );
+    drop(store);
+    assert_eq!(format!("{handle:?}"), "Handle { source: None }");
 }
