@@ -633,3 +633,14 @@ async fn a_handle_shows_its_source_while_the_store_lives() {
     drop(store);
     assert_eq!(format!("{handle:?}"), "Handle { source: None }");
 }
+
+#[tokio::test]
+async fn a_dropped_store_leaves_no_entry_in_the_live_registry() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    let id = store.id();
+    assert!(lock(&super::live::LIVE).contains_key(&id));
+    drop(store);
+    // A thousand short-lived stores must not leave a thousand dead entries.
+    assert!(!lock(&super::live::LIVE).contains_key(&id));
+}
