@@ -252,6 +252,36 @@ async fn the_expiry_gauge_counts_down_on_the_simulated_clock() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_expired_token_counts_below_zero() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    // The source hands out a token that expired a minute ago: kept, and said so.
+    let _store = StoreBuilder::from_source(Fixed(clock.now() - Duration::from_secs(60)))
+        .clock(clock)
+        .load()
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.value("bearer_reload_token_expires_in_seconds{source=fixed}"),
+        -60.0
+    );
+}
+
+/// A source whose token expires at a fixed moment.
+struct Fixed(SystemTime);
+
+impl TokenSource for Fixed {
+    type Error = std::io::Error;
+    async fn fetch(&self, _: FetchContext) -> Result<Fetched, std::io::Error> {
+        Ok(Fetched::new("fixed").expires_at(self.0))
+    }
+    fn describe(&self) -> String {
+        "fixed".into()
+    }
+}
+
 fn jwt(iat: u64, exp: u64) -> String {
     let claims = crate::token::claims::tests::service_account_claims(iat, exp, None);
     crate::token::claims::tests::sign(jsonwebtoken::Algorithm::ES256, &claims)

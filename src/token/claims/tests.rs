@@ -257,3 +257,17 @@ fn malformed_jwts_are_not_jwts() {
     }
     assert!(decode(&format!("{good_header}.{good_payload}.{sig}")).is_some());
 }
+
+#[test]
+fn debug_shows_the_kubernetes_claims_with_dates() {
+    let iat = 1_800_000_000;
+    let jwt = sign(
+        Algorithm::ES256,
+        &service_account_claims(iat, iat + 3607, Some(iat + 3000)),
+    );
+    let k = decode(&jwt).unwrap().kubernetes.unwrap();
+    assert_eq!(
+        format!("{k:?}"),
+        r#"KubernetesClaims { namespace: Some("payments"), service_account: Some("api"), pod: Some("api-7d9c5"), warnafter: Some(2027-01-15T08:50:00Z) }"#
+    );
+}
