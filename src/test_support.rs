@@ -70,3 +70,21 @@ pub(crate) async fn wait_for_token(store: &crate::TokenStore, token: &str) {
     .await
     .unwrap_or_else(|_| panic!("timed out waiting for {token}"));
 }
+
+/// A store holding "old", timer off, whose source now says "new": the next read rotates.
+pub(crate) async fn rotated_store() -> crate::TokenStore {
+    let file = Arc::new(Mutex::new("old"));
+    let store = crate::TokenLoader::new("test", {
+        let file = file.clone();
+        move || {
+            let token = lock(&file).as_bytes().to_vec();
+            async move { Ok::<_, std::io::Error>(token) }
+        }
+    })
+    .refresh_interval(None)
+    .load()
+    .await
+    .unwrap();
+    *lock(&file) = "new";
+    store
+}

@@ -191,7 +191,7 @@ mod tests {
     use tower::{ServiceExt, service_fn};
 
     use super::*;
-    use crate::{BearerLayer, RetryUnauthorized, TokenLoader, TokenStore};
+    use crate::{BearerLayer, RetryUnauthorized};
 
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     /// A body type that cannot be copied, like tonic's.
@@ -210,24 +210,6 @@ mod tests {
             .map(|i| Ok(Frame::data(Bytes::from(format!("chunk{i};")))))
             .collect();
         opaque(StreamBody::new(futures_util::stream::iter(frames)))
-    }
-
-    /// A store holding "old" whose source now says "new".
-    async fn rotated_store() -> TokenStore {
-        let file = Arc::new(Mutex::new("old"));
-        let store = TokenLoader::new("test", {
-            let file = file.clone();
-            move || {
-                let token = file.lock().unwrap().as_bytes().to_vec();
-                async move { Ok::<_, std::io::Error>(token) }
-            }
-        })
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap();
-        *file.lock().unwrap() = "new";
-        store
     }
 
     /// Reads the whole body, then accepts only "new", echoing the body; counts requests.
@@ -252,7 +234,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_cannot_be_copied_is_replayed() {
-        let store = rotated_store().await;
+        let store = crate::test_support::rotated_store().await;
         let requests = Arc::new(Mutex::new(0));
         let layer = ReplayLayer::new(
             BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new()),
@@ -269,7 +251,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_over_the_limit_gets_its_401_and_the_token_is_reloaded() {
-        let store = rotated_store().await;
+        let store = crate::test_support::rotated_store().await;
         let requests = Arc::new(Mutex::new(0));
         let layer = ReplayLayer::new(
             BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new()),

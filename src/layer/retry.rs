@@ -491,19 +491,7 @@ mod tests {
             }
         }
 
-        let token = Arc::new(std::sync::Mutex::new("old"));
-        let store = crate::TokenLoader::new("test", {
-            let token = token.clone();
-            move || {
-                let bytes = token.lock().unwrap().as_bytes().to_vec();
-                async move { Ok::<_, std::io::Error>(bytes) }
-            }
-        })
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap();
-        *token.lock().unwrap() = "new";
+        let store = crate::test_support::rotated_store().await;
         let server = tower::service_fn(|req: Request<Theirs>| async move {
             let ok = req.headers()[AUTHORIZATION] == "Bearer new";
             let mut res = Response::new(req.into_body().0.to_owned());
