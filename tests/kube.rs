@@ -7,9 +7,9 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use bearer_reload::Options;
-use bearer_reload::kube::{Error, ReloadingClient, client, client_with};
+use bearer_reload::kube::{ClientOptions, Error, ReloadingClient, client, client_with};
 use bearer_reload::testing::ProjectedTokenDir;
+use bearer_reload::{Options, WatchState};
 use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, ObjectMeta, PostParams};
@@ -101,6 +101,33 @@ async fn lists_creates_and_gets_through_a_kubeconfig_token_file() {
 
     assert_eq!(server.refused(), 0);
     assert!(server.tokens().iter().all(|t| t == "one"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_is_built_with_the_options_given_and_its_debug_shows_no_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, volume, config) = setup(&tmp, "kube-debug-token").await;
+    let defaults = client_with(config.clone(), ClientOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(defaults.store.unwrap().status().watch, WatchState::Active);
+    // Options, as they are or through `ClientOptions::store`.
+    for options in [quiet().into(), ClientOptions::new().store(quiet())] {
+        let built = client_with(config.clone(), options).await.unwrap();
+        let store = built
+            .store
+            .as_ref()
+            .expect("a token file config has a store");
+        assert_eq!(store.status().watch, WatchState::Off);
+        let debug = format!("{built:?}");
+        assert!(
+            debug.starts_with("ReloadingClient")
+                && debug.contains("team-a")
+                && debug.contains(&*volume.token_path().to_string_lossy()),
+            "{debug}"
+        );
+        assert!(!debug.contains("kube-debug-token"), "{debug}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

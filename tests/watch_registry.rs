@@ -19,6 +19,27 @@ fn inotify_fds() -> usize {
         .count()
 }
 
+/// The watches the kernel holds for the process's inotify instances, from
+/// /proc/self/fdinfo (one `inotify wd:` line each).
+fn inotify_watches() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            if std::fs::read_link(&path).ok()? != Path::new("anon_inode:inotify") {
+                return None;
+            }
+            let info = Path::new("/proc/self/fdinfo").join(path.file_name()?);
+            let info = std::fs::read_to_string(info).ok()?;
+            Some(
+                info.lines()
+                    .filter(|l| l.starts_with("inotify wd:"))
+                    .count(),
+            )
+        })
+        .sum()
+}
+
 /// The process's threads named by notify's inotify backend ("notify-rs inotify loop",
 /// truncated to 15 bytes by the kernel).
 fn notify_threads() -> usize {
@@ -77,6 +98,7 @@ async fn two_hundred_stores_on_twenty_files_in_five_directories() {
     assert!(registry.watcher);
     assert_eq!(inotify_fds(), 1, "one inotify instance for the process");
     assert_eq!(notify_threads(), 1);
+    assert_eq!(inotify_watches(), 5, "one watch per directory");
 
     // Every store of a rotated file follows.
     rename_over(&files[7], "rotated").unwrap();
@@ -94,6 +116,9 @@ async fn two_hundred_stores_on_twenty_files_in_five_directories() {
     // Dropping all the stores of one directory releases its watch.
     stores.retain(|s| !s.status().source.contains("dir4"));
     eventually("dir4 released", || watch_registry().directories == 4).await;
+    // The kernel's watch goes with it (removed just after the count), though the watcher
+    // stays for the others.
+    eventually("dir4's inotify watch removed", || inotify_watches() == 4).await;
 
     drop(stores);
     eventually("every watch released", || {

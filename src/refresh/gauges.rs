@@ -5,52 +5,89 @@
 //! One task for the whole process, not one per store: it runs while stores live and
 //! ends with the last one; the next store built starts it again.
 
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::metrics::GAUGE_PERIOD;
 use crate::store;
 
-static RUNNING: AtomicBool = AtomicBool::new(false);
+/// Publishes the gauges of every live store; `false` when none lives.
+type Publish = Box<dyn Fn() -> bool + Send + Sync>;
+
+static TASK: LazyLock<Task> = LazyLock::new(|| {
+    Task::new(Box::new(|| {
+        let stores = store::live();
+        for store in &stores {
+            store.publish_gauges();
+        }
+        !stores.is_empty()
+    }))
+});
 
 /// Starts the task unless it runs. Must be called within a tokio runtime.
 pub(crate) fn ensure_running() {
-    if !RUNNING.swap(true, Ordering::AcqRel) {
-        tokio::spawn(run());
+    Task::ensure_running(&TASK);
+}
+
+/// The task's running mark and what it does each period (a seam for tests).
+struct Task {
+    running: AtomicBool,
+    publish: Publish,
+}
+
+impl Task {
+    fn new(publish: Publish) -> Self {
+        Self {
+            running: AtomicBool::new(false),
+            publish,
+        }
+    }
+
+    fn ensure_running(task: &'static Self) {
+        if !task.running.swap(true, Ordering::AcqRel) {
+            // Made before the spawn: a task dropped before its first poll clears it too.
+            let owner = Owner {
+                running: &task.running,
+                owns: true,
+            };
+            tokio::spawn(task.run(owner));
+        }
+    }
+
+    async fn run(&'static self, mut owner: Owner<'static>) {
+        let mut tick = tokio::time::interval(GAUGE_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if (self.publish)() {
+                continue;
+            }
+            owner.owns = false;
+            self.running.store(false, Ordering::Release);
+            // A store built after the list was taken may have seen the task running and
+            // not started one: take the task back up if so.
+            if !(self.publish)() || self.running.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            owner.owns = true;
+        }
     }
 }
 
 /// While it owns the running mark, clears it however the task ends (its runtime may shut
 /// down under it).
-struct Owner(bool);
+struct Owner<'a> {
+    running: &'a AtomicBool,
+    owns: bool,
+}
 
-impl Drop for Owner {
+impl Drop for Owner<'_> {
     fn drop(&mut self) {
-        if self.0 {
-            RUNNING.store(false, Ordering::Release);
+        if self.owns {
+            self.running.store(false, Ordering::Release);
         }
     }
 }
 
-async fn run() {
-    let mut owner = Owner(true);
-    let mut tick = tokio::time::interval(GAUGE_PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let stores = store::live();
-        if stores.is_empty() {
-            owner.0 = false;
-            RUNNING.store(false, Ordering::Release);
-            // A store built after the list was taken may have seen the task running and
-            // not started one: take the task back up if so.
-            if store::live().is_empty() || RUNNING.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            owner.0 = true;
-            continue;
-        }
-        for store in stores {
-            store.publish_gauges();
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -328,3 +328,6 @@ impl Registry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -191,11 +191,11 @@ fn next_moment(token: &Token, after: SystemTime) -> Option<SystemTime> {
     moments.into_iter().flatten().filter(|&at| at > after).min()
 }
 
-/// `exp` less a tenth of the token's lifetime (at least [`MIN_MARGIN`], at most half the
-/// lifetime), less a jitter of up to a quarter of that margin drawn for this token.
+/// `exp` less a tenth of the token's lifetime (at least [`MIN_MARGIN`]), less a jitter of
+/// up to a quarter of that margin drawn for this token; never before half the lifetime.
 fn before_expiry(token: &Token, exp: SystemTime) -> Option<SystemTime> {
     let lifetime = exp.duration_since(token.loaded_at()).ok()?;
-    let margin = (lifetime / 10).max(MIN_MARGIN).min(lifetime / 2);
+    let margin = (lifetime / 10).max(MIN_MARGIN);
     let spread = jitter(token.fingerprint().as_u64(), margin / 4);
     exp.checked_sub(margin + spread)
         .map(|at| at.max(token.loaded_at() + lifetime / 2))

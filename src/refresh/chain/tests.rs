@@ -102,6 +102,16 @@ fn the_kubelets_payload_is_watched_through_its_data_link() {
 }
 
 #[test]
+fn a_directory_at_the_path_is_watched_for_by_name() {
+    // Read errors until a file replaces it; that replacement is an event for this name.
+    let (_tmp, root) = tmp(&["app/token"]);
+    assert_eq!(
+        entries(&root.join("app/token")),
+        [entry(&root.join("app"), "token")]
+    );
+}
+
+#[test]
 fn a_missing_part_is_watched_for_in_the_last_directory_that_exists() {
     let (_tmp, root) = tmp(&["app"]);
     symlink(root.join("gone/deeper/token"), root.join("app/token")).unwrap();

@@ -623,6 +623,16 @@ async fn a_source_that_asks_again_at_once_gets_the_backoff_not_a_loop() {
     assert_eq!(store.generation(), 7);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_refresh_moment_without_an_expiry_is_kept() {
+    // An opaque token that says when to fetch it again, and nothing about its expiry.
+    let mut source = Minting::new(None);
+    source.refresh_in = Some(Duration::from_secs(100));
+    let _store = source.store(None).await;
+    tokio::time::sleep(Duration::from_secs(250)).await;
+    assert_times(&source.fetches(), &[0.0, 100.0, 200.0]);
+}
+
 #[test]
 fn tokens_of_one_lifetime_draw_their_own_jitter() {
     // A fleet's tokens issued together must not all be refreshed at one moment.

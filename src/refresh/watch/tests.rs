@@ -2,7 +2,7 @@ use super::*;
 use crate::TokenFile;
 use crate::refresh::registry::{Factory, Stats, VERIFY_EVERY, notify_factory};
 use crate::store::TokenStore;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(super) use crate::test_support::{eventually, wait_for_token};
 
@@ -12,10 +12,13 @@ fn flaky_factory(fail: Arc<AtomicBool>) -> Box<Factory> {
     counting_factory(fail, Arc::default())
 }
 
-fn counting_factory(fail: Arc<AtomicBool>, calls: Arc<AtomicUsize>) -> Box<Factory> {
+/// When the factory was called.
+type Calls = Arc<std::sync::Mutex<Vec<std::time::Instant>>>;
+
+fn counting_factory(fail: Arc<AtomicBool>, calls: Calls) -> Box<Factory> {
     let real = notify_factory();
     Box::new(move |handler| {
-        calls.fetch_add(1, Ordering::SeqCst);
+        calls.lock().unwrap().push(std::time::Instant::now());
         if fail.load(Ordering::SeqCst) {
             Err(notify::Error::io(std::io::Error::from_raw_os_error(24)))
         } else {
@@ -49,11 +52,12 @@ fn degraded(store: &TokenStore) -> Option<String> {
 #[tokio::test]
 async fn a_watcher_that_cannot_start_degrades_and_the_timer_still_refreshes() {
     let (logs, _guard) = crate::test_support::capture_logs();
-    let attempts = Arc::new(AtomicUsize::new(0));
+    let attempts = Calls::default();
     let registry = Registry::new(
         VERIFY_EVERY,
         counting_factory(Arc::new(AtomicBool::new(true)), attempts.clone()),
     );
+    let count = || attempts.lock().unwrap().len();
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("token");
     std::fs::write(&path, "secret-one").unwrap();
@@ -72,12 +76,19 @@ async fn a_watcher_that_cannot_start_degrades_and_the_timer_still_refreshes() {
     std::fs::write(&path, "secret-two").unwrap();
     wait_for_token(&store, "secret-two").await;
     // Several re-arm attempts later: still one warning, still degraded.
-    let tried = attempts.load(Ordering::SeqCst);
+    let tried = count();
     eventually("four more attempts to start a watcher", || {
-        attempts.load(Ordering::SeqCst) >= tried + 4
+        count() >= tried + 4
     })
     .await;
     assert!(degraded(&store).is_some());
+    // Each attempt waits twice as long as the one before, from 20 ms up to 2 s (a sleep
+    // may end late, never early).
+    let times = attempts.lock().unwrap().clone();
+    for (i, pair) in times.windows(2).enumerate() {
+        let least = (REARM_FIRST * 2_u32.pow(i as u32)).min(REARM_MAX);
+        assert!(pair[1] - pair[0] >= least, "attempt {}: {times:?}", i + 1);
+    }
     assert_eq!(logs.count("WARN"), 1, "one warning, not one per attempt");
     assert_eq!(logs.count("secret-"), 0, "no token in the logs");
 

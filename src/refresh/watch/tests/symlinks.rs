@@ -152,6 +152,8 @@ async fn a_target_directory_removed_and_back_is_seen() {
 
 #[tokio::test]
 async fn a_loop_degrades_until_it_is_fixed() {
+    let (logs, _guard) = crate::test_support::capture_logs();
+    const WARNING: &str = "cannot follow the token file's symlinks";
     let registry = registry();
     let (_tmp, root) = tree(&["app"]);
     let app = root.join("app");
@@ -168,8 +170,11 @@ async fn a_loop_degrades_until_it_is_fixed() {
         "{reason}"
     );
     assert_eq!(store.current().header_value(), "Bearer one");
+    // Said before the status changed, and once however often the loop is seen.
+    assert_eq!(logs.count(WARNING), 1, "{}", logs.text());
 
     rename_over(&app.join("a"), "two");
     seen(&store, "two").await;
     eventually("active", || store.status().watch == WatchState::Active).await;
+    assert_eq!(logs.count(WARNING), 1, "{}", logs.text());
 }
