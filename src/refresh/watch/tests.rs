@@ -105,12 +105,15 @@ async fn the_watch_re_arms_when_the_watcher_can_start_again() {
     std::fs::write(&path, "one").unwrap();
     let store = store_with(&registry, &path, None).await;
     assert!(degraded(&store).is_some());
+    // Rotated while nothing watched: the watch, once armed, reads what it missed.
+    std::fs::write(&path, "two").unwrap();
 
     fail.store(false, Ordering::SeqCst);
     eventually("re-armed", || store.status().watch == WatchState::Active).await;
     assert_eq!(registry.stats().directories, 1);
-    std::fs::write(&path, "two").unwrap();
     wait_for_token(&store, "two").await;
+    std::fs::write(&path, "three").unwrap();
+    wait_for_token(&store, "three").await;
 }
 
 #[tokio::test]

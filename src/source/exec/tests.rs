@@ -130,7 +130,7 @@ async fn v1beta1_is_accepted_and_the_version_must_match() {
 #[tokio::test]
 async fn a_broken_credential_gets_an_error_that_says_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(Value, &str); 8] = [
+    let cases: [(Value, &str); 10] = [
         (
             json!([SECRET]),
             "invalid JSON: the document is not a JSON object",
@@ -164,6 +164,15 @@ async fn a_broken_credential_gets_an_error_that_says_what_is_wrong() {
                 V1,
                 json!({"clientCertificateData": "cert", "clientKeyData": SECRET}),
             ),
+            "returned a client certificate",
+        ),
+        // Either half alone is still a certificate credential, not a missing token.
+        (
+            credential(V1, json!({"clientCertificateData": "cert"})),
+            "returned a client certificate",
+        ),
+        (
+            credential(V1, json!({"clientKeyData": SECRET})),
             "returned a client certificate",
         ),
     ];
@@ -297,6 +306,33 @@ async fn output_over_the_cap_is_refused_without_waiting_for_the_plugin() {
             "exec plugin {} printed more than 1024 bytes; refused",
             source.command().display()
         )
+    );
+}
+
+#[tokio::test]
+async fn the_default_cap_takes_big_tokens_and_stops_at_a_mebibyte() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cloud providers' tokens run to kilobytes (Azure's are 2 to 3 KiB).
+    let token = "x".repeat(6000);
+    let fetched = fetch(&printing(
+        dir.path(),
+        &credential(V1, json!({"token": token})),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(fetched.bytes(), token.as_bytes());
+    // The same credential and a mebibyte of trailing blanks: one byte too many.
+    let body = format!(
+        "cat '{}/out.json'
+head -c 1048576 /dev/zero | tr '\\0' ' '",
+        dir.path().display()
+    );
+    let source = ExecSource::new(script(dir.path(), "padded", &body))
+        .interactive_mode(InteractiveMode::Never);
+    let err = fetch(&source).await.unwrap_err();
+    assert!(
+        err.to_string().contains("printed more than 1048576 bytes"),
+        "{err}"
     );
 }
 

@@ -117,6 +117,18 @@ async fn defaults_come_from_the_client_and_the_api() {
 }
 
 #[tokio::test]
+async fn debug_names_the_account_and_lifetime() {
+    let source = builder().build().unwrap();
+    let debug = format!("{source:?}");
+    assert!(
+        debug.starts_with("TokenRequestSource")
+            && debug.contains("payments")
+            && debug.contains("600s"),
+        "{debug}"
+    );
+}
+
+#[tokio::test]
 async fn the_request_carries_audiences_expiration_and_bound_object() {
     let source = builder()
         .audiences(["https://billing.example", "vault"])
