@@ -130,7 +130,7 @@ async fn v1beta1_is_accepted_and_the_version_must_match() {
 #[tokio::test]
 async fn a_broken_credential_gets_an_error_that_says_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(Value, &str); 10] = [
+    let cases: [(Value, &str); 12] = [
         (
             json!([SECRET]),
             "invalid JSON: the document is not a JSON object",
@@ -144,6 +144,15 @@ async fn a_broken_credential_gets_an_error_that_says_what_is_wrong() {
             "printed kind none",
         ),
         (credential(V1, Value::Null), "without a status"),
+        // A value is shown up to 64 characters.
+        (
+            json!({"kind": "k".repeat(64), "apiVersion": V1}),
+            &format!("printed kind \"{}\",", "k".repeat(64)),
+        ),
+        (
+            json!({"kind": "k".repeat(65), "apiVersion": V1}),
+            &format!("printed kind \"{}…\",", "k".repeat(64)),
+        ),
         (
             credential(V1, json!({"token": ""})),
             "without a token (status.token)",
@@ -437,6 +446,28 @@ fn redaction_takes_out_what_looks_like_a_token_and_keeps_words() {
         "apiVersion client.authentication.k8s.io/v1alpha1 is not supported"
     );
     assert_eq!(r("abc.io/v1beta1x0123456789"), "[redacted]");
+    // Sixteen characters is the shortest that can be a token; fifteen is left.
+    assert_eq!(r("abcdefghijklmn12"), "[redacted]");
+    assert_eq!(r("abcdefghijklm12"), "abcdefghijklm12");
+}
+
+#[test]
+fn stderr_is_cut_only_past_its_tail_and_loses_its_control_characters() {
+    // Exactly the tail: whole, not marked as cut.
+    let mut line = "word ".repeat(redact::STDERR_TAIL / 5);
+    line.push_str(&"w".repeat(redact::STDERR_TAIL - line.len()));
+    let mut tail = redact::Tail::default();
+    tail.push(line.as_bytes());
+    assert_eq!(tail.into_message(), line);
+    // One more byte: cut, and the word at the cut dropped (it may be the end of one).
+    let mut tail = redact::Tail::default();
+    tail.push(format!("x{line}").as_bytes());
+    assert_eq!(tail.into_message(), format!("…{}", &line["word ".len()..]));
+
+    assert_eq!(
+        redact::strip_escapes("\x1b[31mred\x1b[0m\tbell\x07\r\nnext"),
+        "red bell  \nnext"
+    );
 }
 
 #[tokio::test]
