@@ -90,6 +90,58 @@ async fn the_builder_refuses_what_the_api_would_refuse() {
     ));
     // Dotted service account names are valid subdomains.
     assert!(builder().service_account("ci.bot-1").build().is_ok());
+
+    // Each limit is inclusive: the longest allowed passes, one more is refused.
+    let max = Duration::from_secs(1 << 32);
+    assert!(builder().expiration(max).build().is_ok());
+    assert!(matches!(
+        err(builder().expiration(max + Duration::from_secs(1))),
+        InvalidTokenRequest::ExpirationTooLong { .. }
+    ));
+    let problem = |b: TokenRequestBuilder| match b.build() {
+        Ok(_) => None,
+        Err(InvalidTokenRequest::InvalidName { problem, .. }) => Some(problem),
+        Err(other) => panic!("{other}"),
+    };
+    assert_eq!(problem(builder().namespace("n".repeat(63))), None);
+    assert_eq!(
+        problem(builder().namespace("n".repeat(64))),
+        Some("longer than 63 characters")
+    );
+    // 253 characters in parts of at most 63.
+    let subdomain = |len: usize| {
+        let mut name = format!("{}.", "s".repeat(63)).repeat(4);
+        name.truncate(len);
+        name
+    };
+    assert_eq!(problem(builder().service_account(subdomain(253))), None);
+    assert_eq!(
+        problem(builder().service_account(subdomain(254))),
+        Some("longer than 253 characters")
+    );
+    for name in ["-team", "team-"] {
+        assert_eq!(
+            problem(builder().namespace(name)),
+            Some("must start and end with a letter or digit"),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn debug_of_the_builder_shows_what_it_asks_for() {
+    let debug = format!("{:?}", builder().bound_to(BoundObject::pod("web-0")));
+    for part in [
+        "TokenRequestBuilder",
+        "https://10.96.0.1:443",
+        "team-a",
+        "payments",
+        "vault",
+        "600s",
+        "web-0",
+    ] {
+        assert!(debug.contains(part), "{part}: {debug}");
+    }
 }
 
 #[tokio::test]
@@ -266,6 +318,7 @@ fn answers_are_read_without_quoting_them() {
         wire::parse_response(&body.to_string(), asked).map(|i| i.ttl)
     };
     assert_eq!(with("/spec/expirationSeconds", Value::Null), Ok(asked));
+    assert_eq!(with("/spec/expirationSeconds", json!(0)), Ok(asked));
     assert_eq!(
         with("/status/token", json!("")).unwrap_err(),
         "has no status.token"
