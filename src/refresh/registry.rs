@@ -319,13 +319,12 @@ impl Registry {
     /// Takes the watcher out when no directory is watched, for the caller to drop after
     /// releasing the lock (its thread then closes the inotify descriptor and exits).
     fn release_if_idle(&self, control: &mut Control) -> Released {
-        if control.watcher.is_some() && lock(&self.table).watched == 0 {
-            tracing::debug!(instance = control.instance, "file watcher stopped");
-            let watcher = control.watcher.take()?;
-            Some((watcher, control.health.take()))
-        } else {
-            None
+        if lock(&self.table).watched > 0 {
+            return None;
         }
+        let watcher = control.watcher.take()?;
+        tracing::debug!(instance = control.instance, "file watcher stopped");
+        Some((watcher, control.health.take()))
     }
 }
 
