@@ -7,7 +7,7 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use bearer_reload::kube::{ClientOptions, Error, ReloadingClient, client, client_with};
+use bearer_reload::kube::{ClientOptions, Error, ReloadingClient, Retry, client, client_with};
 use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::{Options, WatchState};
 use http::{Method, StatusCode};
@@ -128,6 +128,28 @@ async fn the_store_is_built_with_the_options_given_and_its_debug_shows_no_token(
         );
         assert!(!debug.contains("kube-debug-token"), "{debug}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_retry_off_a_401_goes_back_and_the_next_request_has_the_new_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, volume, config) = setup(&tmp, "one").await;
+    let options = ClientOptions::new().store(quiet()).retry(Retry::Off);
+    let ReloadingClient { client, store, .. } = client_with(config, options).await.unwrap();
+    let store = store.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    volume.rotate("two").unwrap();
+    server.accept_only("two");
+    let err = within(cms.list(&ListParams::default())).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(401), "{err:?}");
+    // The 401 started a reload (not awaited by the refused request).
+    let mut rx = store.subscribe();
+    within(rx.wait_for(|generation| *generation >= 2))
+        .await
+        .unwrap();
+    within(cms.list(&ListParams::default())).await.unwrap();
+    assert_eq!(store.status().unauthorized.retries, 0);
+    assert_eq!(server.tokens(), ["one", "two"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
