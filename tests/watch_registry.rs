@@ -40,14 +40,35 @@ fn inotify_watches() -> usize {
         .sum()
 }
 
-/// The process's threads named by notify's inotify backend ("notify-rs inotify loop",
-/// truncated to 15 bytes by the kernel).
-fn notify_threads() -> usize {
+/// The process's threads whose name starts with `prefix`, with the CPU time each has used
+/// (user and system, in clock ticks), from /proc/self/task.
+fn threads(prefix: &str) -> Vec<u64> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.starts_with("notify-rs"))
-        .count()
+        .filter_map(|e| {
+            let task = e.ok()?.path();
+            let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+            if !comm.starts_with(prefix) {
+                return None;
+            }
+            // The fields after the name, which is in parentheses: utime and stime are the
+            // 12th and 13th of them.
+            let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            Some(fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?)
+        })
+        .collect()
+}
+
+/// The threads of notify's inotify backend ("notify-rs inotify loop", cut to 15 bytes by
+/// the kernel).
+fn notify_threads() -> usize {
+    threads("notify-rs").len()
+}
+
+/// The registry's directory check threads.
+fn check_threads() -> usize {
+    threads("token-dir-check").len()
 }
 
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
@@ -99,6 +120,16 @@ async fn two_hundred_stores_on_twenty_files_in_five_directories() {
     assert_eq!(inotify_fds(), 1, "one inotify instance for the process");
     assert_eq!(notify_threads(), 1);
     assert_eq!(inotify_watches(), 5, "one watch per directory");
+    assert_eq!(
+        check_threads(),
+        1,
+        "one check of the directories for the process"
+    );
+    // Between its checks (every 5 s) it sleeps: at most a few ticks of CPU in a second.
+    let before = threads("token-dir-check")[0];
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = threads("token-dir-check")[0] - before;
+    assert!(used <= 10, "{used} clock ticks in a second");
 
     // Every store of a rotated file follows.
     rename_over(&files[7], "rotated").unwrap();
@@ -129,4 +160,5 @@ async fn two_hundred_stores_on_twenty_files_in_five_directories() {
     // The watcher's thread closes the inotify descriptor shortly after it is dropped.
     eventually("no inotify fd", || inotify_fds() == 0).await;
     eventually("no notify thread", || notify_threads() == 0).await;
+    eventually("no directory check thread", || check_threads() == 0).await;
 }

@@ -148,6 +148,9 @@ async fn stores_share_one_watch_per_directory_and_release_it() {
     stores.truncate(1);
     eventually("3 unsubscribed", || registry.stats().subscribers == 1).await;
     assert_eq!(registry.stats().directories, 1);
+    // The other directory's last store went; this one's events still flow.
+    std::fs::write(a.join("t1"), "v").unwrap();
+    wait_for_token(&stores[0], "v").await;
     drop(stores);
     eventually("all released", || {
         registry.stats()

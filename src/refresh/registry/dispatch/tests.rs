@@ -113,6 +113,14 @@ fn events_wake_the_subscribers_of_the_name_they_concern() {
         Ok(Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan)),
     );
     assert!(woken(&a) && woken(&a2) && woken(&b));
+    // Events were lost: everyone, whatever the event names.
+    dispatch(
+        &table,
+        1,
+        ev(EventKind::Create(CreateKind::File), "/w/a/token")
+            .map(|e| e.set_flag(notify::event::Flag::Rescan)),
+    );
+    assert!(woken(&a) && woken(&a2) && woken(&b));
     dispatch(&table, 1, Err(notify::Error::generic("boom")));
     assert!(woken(&a) && woken(&a2) && woken(&b));
     dispatch(
