@@ -3,7 +3,7 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use tokio::sync::Notify;
 
@@ -39,15 +39,13 @@ impl Signal {
     /// After a read that started once `seen` events had come: if none came since, drops
     /// the wake-up those events left, as the read answered them.
     pub(crate) fn settle(&self, seen: u64) {
-        if self.events() != seen {
-            return;
-        }
         let mut notified = pin!(self.notify.notified());
         let taken = notified
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
-            == Poll::Ready(());
-        // An event counted between the check and the take: its wake-up goes back.
+            .is_ready();
+        // Counted before the take, an event's wake-up may be the one taken: it goes back.
+        // Counted after, it leaves its own.
         if taken && self.events() != seen {
             self.notify.notify_one();
         }
@@ -81,6 +79,14 @@ mod tests {
         signal.wake(); // after the read started
         signal.settle(seen);
         assert!(pending(&signal), "a later event keeps its wake-up");
+        assert!(!pending(&signal));
+
+        // A later event whose wake-up was already taken (by the read's own retries):
+        // nothing to give back.
+        let seen = signal.events();
+        signal.wake();
+        assert!(pending(&signal));
+        signal.settle(seen);
         assert!(!pending(&signal));
     }
 }
