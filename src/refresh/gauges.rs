@@ -26,7 +26,7 @@ static TASK: LazyLock<Task> = LazyLock::new(|| {
 
 /// Starts the task unless it runs. Must be called within a tokio runtime.
 pub(crate) fn ensure_running() {
-    Task::ensure_running(&TASK);
+    TASK.ensure_running();
 }
 
 /// The task's running mark and what it does each period (a seam for tests).
@@ -43,14 +43,14 @@ impl Task {
         }
     }
 
-    fn ensure_running(task: &'static Self) {
-        if !task.running.swap(true, Ordering::AcqRel) {
+    fn ensure_running(&'static self) {
+        if !self.running.swap(true, Ordering::AcqRel) {
             // Made before the spawn: a task dropped before its first poll clears it too.
             let owner = Owner {
-                running: &task.running,
+                running: &self.running,
                 owns: true,
             };
-            tokio::spawn(task.run(owner));
+            tokio::spawn(self.run(owner));
         }
     }
 

@@ -596,23 +596,21 @@ async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
                 .await
         })
     };
-    // Two quiet callers share one read: its failure stays quiet.
-    let quiet = [ask(OnFailure::Quiet), ask(OnFailure::Quiet)];
-    crate::test_support::eventually("both joined", || store.shared.done.receiver_count() >= 2)
-        .await;
-    src.gate.add_permits(1);
-    for caller in quiet {
-        assert!(caller.await.unwrap().unwrap().is_err());
-    }
+    // Two callers join one read, which then fails for both.
+    let read_by = async |reports: [OnFailure; 2]| {
+        let callers = reports.map(ask);
+        crate::test_support::eventually("both joined", || store.shared.done.receiver_count() >= 2)
+            .await;
+        src.gate.add_permits(1);
+        for caller in callers {
+            assert!(caller.await.unwrap().unwrap().is_err());
+        }
+    };
+    // Two quiet callers: its failure stays quiet.
+    read_by([OnFailure::Quiet, OnFailure::Quiet]).await;
     assert_eq!(store.status().failures, 0);
     // A reporting read joined by a quiet caller still reports.
-    let callers = [ask(OnFailure::Report), ask(OnFailure::Quiet)];
-    crate::test_support::eventually("both joined", || store.shared.done.receiver_count() >= 2)
-        .await;
-    src.gate.add_permits(1);
-    for caller in callers {
-        assert!(caller.await.unwrap().unwrap().is_err());
-    }
+    read_by([OnFailure::Report, OnFailure::Quiet]).await;
     assert_eq!(store.status().failures, 1);
     assert_eq!(
         src.calls.load(Ordering::SeqCst),

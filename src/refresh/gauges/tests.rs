@@ -27,8 +27,8 @@ async fn run_for(periods: u32) {
 #[tokio::test(start_paused = true)]
 async fn one_task_publishes_each_period_while_stores_live() {
     let (task, calls) = task(|_| true);
-    Task::ensure_running(task);
-    Task::ensure_running(task);
+    task.ensure_running();
+    task.ensure_running();
     run_for(2).await;
     // At 0, 5 and 10 s, by one task: a second would double it.
     assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -38,12 +38,12 @@ async fn one_task_publishes_each_period_while_stores_live() {
 #[tokio::test(start_paused = true)]
 async fn the_task_ends_with_the_last_store_and_the_next_store_starts_it() {
     let (task, calls) = task(|n| n >= 2);
-    Task::ensure_running(task);
+    task.ensure_running();
     run_for(3).await;
     // The list, found empty, then looked at once more: then it ended.
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert!(!task.running.load(Ordering::SeqCst));
-    Task::ensure_running(task);
+    task.ensure_running();
     run_for(1).await;
     assert_eq!(calls.load(Ordering::SeqCst), 4);
     assert!(task.running.load(Ordering::SeqCst));
@@ -53,7 +53,7 @@ async fn the_task_ends_with_the_last_store_and_the_next_store_starts_it() {
 async fn a_store_built_while_the_task_ends_takes_it_back_up() {
     // Empty at the first look, a store at the second.
     let (task, calls) = task(|n| n != 0);
-    Task::ensure_running(task);
+    task.ensure_running();
     run_for(2).await;
     assert_eq!(calls.load(Ordering::SeqCst), 4);
     assert!(task.running.load(Ordering::SeqCst));
@@ -64,7 +64,7 @@ fn a_runtime_shut_down_under_the_task_lets_the_next_runtime_start_it() {
     let (task, calls) = task(|_| true);
     let first = paused_runtime();
     first.block_on(async {
-        Task::ensure_running(task);
+        task.ensure_running();
         run_for(0).await;
     });
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -74,14 +74,14 @@ fn a_runtime_shut_down_under_the_task_lets_the_next_runtime_start_it() {
     // Spawned and dropped before its first poll.
     let second = paused_runtime();
     let entered = second.enter();
-    Task::ensure_running(task);
+    task.ensure_running();
     drop(entered);
     drop(second);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(!task.running.load(Ordering::SeqCst));
 
     paused_runtime().block_on(async {
-        Task::ensure_running(task);
+        task.ensure_running();
         run_for(0).await;
     });
     assert_eq!(calls.load(Ordering::SeqCst), 2);

@@ -53,13 +53,20 @@ fn entry(dir: &Path) -> Entry {
     }
 }
 
-#[test]
-fn each_arm_of_a_directory_has_a_new_epoch() {
+/// A registry whose one subscriber (1) watches `token` in a new directory, armed: the
+/// registry, what its watcher recorded, the directory, and the epoch of its watch.
+fn subscribed() -> (Arc<Registry>, Recorded, tempfile::TempDir, u64) {
     let (registry, recorded) = registry();
     let tmp = tempfile::tempdir().unwrap();
+    registry.register(&entry(tmp.path()), 1, &Arc::default());
+    let epoch = registry.arm(tmp.path()).unwrap();
+    (registry, recorded, tmp, epoch)
+}
+
+#[test]
+fn each_arm_of_a_directory_has_a_new_epoch() {
+    let (registry, recorded, tmp, first) = subscribed();
     let dir = tmp.path();
-    registry.register(&entry(dir), 1, &Arc::default());
-    let first = registry.arm(dir).unwrap();
     assert_eq!(
         registry.arm(dir),
         Ok(first),
@@ -76,11 +83,8 @@ fn each_arm_of_a_directory_has_a_new_epoch() {
 
 #[test]
 fn a_dropped_watchers_late_events_do_not_touch_the_next_ones_watch() {
-    let (registry, recorded) = registry();
-    let tmp = tempfile::tempdir().unwrap();
+    let (registry, recorded, tmp, _) = subscribed();
     let dir = tmp.path();
-    registry.register(&entry(dir), 1, &Arc::default());
-    registry.arm(dir).unwrap();
     // The last subscriber goes: so does the watcher. The next one gets a new watcher.
     registry.unregister(&entry(dir), 1);
     assert!(!registry.stats().watcher);
@@ -100,11 +104,8 @@ fn a_dropped_watchers_late_events_do_not_touch_the_next_ones_watch() {
 
 #[test]
 fn a_subscriber_that_comes_while_the_last_one_leaves_keeps_the_watch() {
-    let (registry, _recorded) = registry();
-    let tmp = tempfile::tempdir().unwrap();
+    let (registry, _recorded, tmp, _) = subscribed();
     let dir = tmp.path().to_owned();
-    registry.register(&entry(&dir), 1, &Arc::default());
-    registry.arm(&dir).unwrap();
 
     // The leaving one finds the directory empty, then waits for `control` to drop it.
     let control = lock(&registry.control);
