@@ -541,8 +541,10 @@ async fn stores_started_together_spread_their_periodic_reads() {
     }
     tokio::time::sleep(Duration::from_secs(64)).await;
     let firsts: Vec<f64> = files.iter().map(|f| f.reads()[1]).collect();
+    // A jitter is under 3 s, but tokio's timer rounds a deadline up to its next
+    // millisecond: a draw of 2.9996 s fires at 63.000.
     assert!(
-        firsts.iter().all(|t| (60.0..63.0).contains(t)),
+        firsts.iter().all(|t| (60.0..=63.001).contains(t)),
         "{firsts:?}"
     );
     let (min, max) = firsts
