@@ -25,6 +25,8 @@
 mod exec_plugin;
 #[path = "../tests/support/kube_api.rs"]
 mod kube_api;
+#[path = "../tests/support/script.rs"]
+mod script;
 #[path = "../tests/support/serve.rs"]
 mod serve;
 #[path = "../tests/support/tls.rs"]

@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use crate::sync::lock;
 
+// One copy of the script writer for the crate's tests and the integration tests.
+#[path = "../tests/support/script.rs"]
+mod script;
+pub(crate) use script::write_script;
+
 /// How long a test waits for an event before it fails.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 

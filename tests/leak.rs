@@ -150,6 +150,12 @@ async fn run() {
             .collect();
         drop(stores);
         drop(layers);
+        // Each watch task leaves once it sees its store gone: the next round counts its
+        // own subscribers only.
+        support::eventually("the round's stores unsubscribed", || {
+            watch_registry().subscribers == 0
+        })
+        .await;
     }
     let after = settle(before).await;
     println!(

@@ -10,8 +10,8 @@ use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
-use support::quiet_store;
 use support::server::{AuthServer, Refusal, http1_client, http2_client, sha256_hex};
+use support::{eventually, quiet_store};
 use tower::{Layer, Service, ServiceExt};
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -327,15 +327,19 @@ async fn a_retried_401_gives_its_connection_back_to_the_pool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
-    // A source that takes as long as the test says: the 401's read waits at a gate.
+    // A source that takes as long as the test says: the 401's read waits at a gate, and
+    // says when it has begun.
     let token = Arc::new(Mutex::new("old"));
     let gate = Arc::new(tokio::sync::Semaphore::new(1));
+    let begun = Arc::new(AtomicUsize::new(0));
     let store = bearer_reload::TokenLoader::new("gated", {
-        let (token, gate) = (token.clone(), gate.clone());
+        let (token, gate, begun) = (token.clone(), gate.clone(), begun.clone());
         move || {
-            let (token, gate) = (token.clone(), gate.clone());
+            let (token, gate, begun) = (token.clone(), gate.clone(), begun.clone());
             async move {
+                begun.fetch_add(1, Ordering::SeqCst);
                 drop(gate.acquire().await.unwrap());
                 Ok::<_, std::io::Error>(token.lock().unwrap().as_bytes().to_vec())
             }
@@ -354,12 +358,14 @@ async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
 
     // The caller gives up while the store re-reads its source after the 401.
     let mut generations = store.subscribe();
-    let gave_up = tokio::time::timeout(
-        Duration::from_millis(200),
-        client.clone().oneshot(get(&server.url("/"))),
-    )
-    .await;
-    assert!(gave_up.is_err(), "the request waits for the gated read");
+    let request = tokio::spawn(client.clone().oneshot(get(&server.url("/"))));
+    eventually("the 401's read begun", || begun.load(Ordering::SeqCst) == 2).await;
+    assert!(
+        !request.is_finished(),
+        "the request waits for the gated read"
+    );
+    request.abort();
+    assert!(request.await.unwrap_err().is_cancelled());
     assert_eq!(server.refused(), 1);
     gate.add_permits(1);
 

@@ -190,7 +190,9 @@ async fn the_grpc_classifier_reloads_on_unauthenticated() {
 
 /// The retry carries the token current when it leaves, not the one the reload brought:
 /// a rotation while the 401's body is drained is not missed by a server that revokes.
-#[tokio::test]
+// Paused time: nothing here waits on the OS, so the drain's 50 ms limit passes only if
+// the test stalls, never because a loaded machine descheduled it.
+#[tokio::test(start_paused = true)]
 async fn a_retry_carries_the_token_current_when_it_leaves() {
     use bytes::Bytes;
     use http_body::Frame;

@@ -85,7 +85,9 @@ impl Scripted {
     fn set(&self, token: &str) {
         *self.token.lock().unwrap() = token.to_owned();
     }
-    fn loader(&self) -> TokenLoader {
+    /// A loader named `name`: each test its own, because the process-wide gauges task
+    /// publishes every live store's gauges to the recorder of whichever test runs it.
+    fn loader(&self, name: &'static str) -> TokenLoader {
         let this = self.clone();
         TokenLoader::new("scripted", move || {
             let this = this.clone();
@@ -97,7 +99,7 @@ impl Scripted {
             }
         })
         .refresh_interval(None)
-        .name("tenant-7")
+        .name(name)
     }
 }
 
@@ -106,7 +108,7 @@ async fn reloads_are_counted_by_trigger_and_result() {
     let recorder = Recorded::new();
     let _guard = ::metrics::set_default_local_recorder(&recorder);
     let source = Scripted::new("one");
-    let store = source.loader().load().await.unwrap();
+    let store = source.loader("tenant-7").load().await.unwrap();
     let reloads = |trigger: &str, result: &str| {
         recorder.value(&format!(
             "bearer_reload_reloads_total{{result={result},source=tenant-7,trigger={trigger}}}"
@@ -135,7 +137,7 @@ async fn a_401_its_retry_and_a_kept_authorization_are_counted() {
     let recorder = Recorded::new();
     let _guard = ::metrics::set_default_local_recorder(&recorder);
     let source = Scripted::new("old");
-    let store = source.loader().load().await.unwrap();
+    let store = source.loader("tenant-8").load().await.unwrap();
     source.set("new");
     let server = service_fn(|req: Request<String>| async move {
         let ok = req.headers()[AUTHORIZATION] == "Bearer new";
@@ -157,17 +159,17 @@ async fn a_401_its_retry_and_a_kept_authorization_are_counted() {
     let res = client.oneshot(own).await;
     assert_eq!(res.unwrap().status(), StatusCode::UNAUTHORIZED);
     let v = |s: &str| recorder.value(s);
-    assert_eq!(v("bearer_reload_unauthorized_total{source=tenant-7}"), 1.0);
+    assert_eq!(v("bearer_reload_unauthorized_total{source=tenant-8}"), 1.0);
     assert_eq!(
-        v("bearer_reload_reloads_total{result=rotated,source=tenant-7,trigger=unauthorized}"),
+        v("bearer_reload_reloads_total{result=rotated,source=tenant-8,trigger=unauthorized}"),
         1.0
     );
     assert_eq!(
-        v("bearer_reload_retries_total{result=succeeded,source=tenant-7}"),
+        v("bearer_reload_retries_total{result=succeeded,source=tenant-8}"),
         1.0
     );
     assert_eq!(
-        v("bearer_reload_requests_kept_authorization_total{source=tenant-7}"),
+        v("bearer_reload_requests_kept_authorization_total{source=tenant-8}"),
         1.0
     );
 }
@@ -296,13 +298,13 @@ async fn a_rotator_that_stops_raises_the_stall_once_and_a_rotation_clears_it() {
     let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(T0));
     let source = Scripted::new(&jwt(T0, T0 + 3600));
     let store: TokenStore = source
-        .loader()
+        .loader("stalling")
         .refresh_interval(Some(Duration::from_secs(60)))
         .clock(clock)
         .load()
         .await
         .unwrap();
-    let stalled = || recorder.value("bearer_reload_rotation_stalled{source=tenant-7}");
+    let stalled = || recorder.value("bearer_reload_rotation_stalled{source=stalling}");
     assert_eq!(stalled(), 0.0);
     // 80% of the hour (2880 s) plus a minute: overdue, and the file never changed.
     tokio::time::sleep(Duration::from_secs(2900)).await;

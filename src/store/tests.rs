@@ -383,9 +383,11 @@ async fn the_timer_rereads_and_stops_with_the_last_handle() {
     let timer = tokio::spawn(refresher);
     let mut rx = store.subscribe();
     src.set(Ok("two"));
-    tokio::time::timeout(Duration::from_secs(11), rx.changed())
+    // One period, its jitter (under a second) and tokio's round-up to a millisecond: a
+    // timeout of exactly 11 s could fire in the same tick as the read.
+    tokio::time::timeout(Duration::from_secs(12), rx.changed())
         .await
-        .expect("the timer re-read within one period")
+        .expect("the timer re-read within one period and its jitter")
         .unwrap();
     assert_eq!(store.current().header_value(), "Bearer two");
 

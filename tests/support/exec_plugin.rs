@@ -8,11 +8,11 @@
 //! 4. if `fail` exists, prints it on stderr and exits with status 1;
 //! 5. prints `credential`.
 //!
-//! Writes its kubeconfig through `kube_api.rs` beside it (`super::kube_api`), so examples
-//! include both with `#[path = "../tests/support/..."]`.
+//! Writes its kubeconfig through `kube_api.rs` and its script through `script.rs` beside
+//! it (`super::kube_api`, `super::script`), so examples include all three with
+//! `#[path = "../tests/support/..."]`.
 #![allow(dead_code, unreachable_pub)]
 
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -41,8 +41,7 @@ impl Plugin {
         let script = dir.path().join("plugin.sh");
         let d = shell_quote(dir.path());
         let body = format!(
-            "#!/bin/sh\n\
-             # A test exec plugin: counts its runs, then does what the files beside it say.\n\
+            "# A test exec plugin: counts its runs, then does what the files beside it say.\n\
              dir={d}\n\
              echo run >> \"$dir/runs\"\n\
              while [ -e \"$dir/hold\" ]; do sleep 0.02; done\n\
@@ -50,8 +49,7 @@ impl Plugin {
              if [ -e \"$dir/fail\" ]; then cat \"$dir/fail\" >&2; exit 1; fi\n\
              cat \"$dir/credential\"\n"
         );
-        std::fs::write(&script, body).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        super::script::write_script(&script, &body);
         Self { dir, script }
     }
 

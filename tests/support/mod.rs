@@ -4,6 +4,7 @@
 pub mod exec_plugin;
 pub mod kube_api;
 pub mod prometheus;
+pub mod script;
 pub mod serve;
 pub mod server;
 pub mod sim;
