@@ -14,9 +14,10 @@
 //! - with [`retry_unauthorized`](BearerMiddleware::retry_unauthorized), the refused request
 //!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy
 //!   it (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
-//!   back, after the reload has started). Before the second attempt over HTTP/1, the 401's
-//!   body is read and dropped (up to [`DRAIN_LIMIT`] bytes, for at most [`DRAIN_TIME`]) so
-//!   that its connection is reused, as the tower layer does.
+//!   back, after the reload has started). Before the second attempt, the 401's body is
+//!   read and dropped (up to [`DRAIN_LIMIT`] bytes, for at most [`DRAIN_TIME`]), as the
+//!   tower layer does: an HTTP/1 connection is reused, and an HTTP/2 stream ends without a
+//!   reset (see [`layer::retry`](crate::layer::retry)).
 //!
 //! [`DRAIN_LIMIT`]: crate::layer::retry::DRAIN_LIMIT
 //! [`DRAIN_TIME`]: crate::layer::retry::DRAIN_TIME
@@ -158,10 +159,7 @@ impl Middleware for BearerMiddleware {
             // The same token would be refused again.
             return Ok(response);
         }
-        // Over HTTP/2 the stream is reset and the connection stays: no need to wait.
-        if response.version() < http::Version::HTTP_2 {
-            drain(http::Response::from(response).into_body()).await;
-        }
+        drain(http::Response::from(response).into_body()).await;
         // The newest token now: the drain may have outlasted another rotation.
         let token = self.store.current();
         replay

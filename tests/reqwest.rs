@@ -109,6 +109,35 @@ async fn without_the_retry_a_401_goes_back_and_the_next_request_has_the_new_toke
     assert_eq!(status.unauthorized.retries, 0);
 }
 
+/// Over HTTP/2 too, the 401's body is read before the retry rather than its stream reset
+/// (why: `tests/retry.rs`, `over_http2_a_401s_body_is_read_to_its_end_not_reset`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(dir.path(), "old").await;
+    let server = AuthServer::start("new").await;
+    // Sent 10 ms after the headers: dropped at once, the stream would be reset before.
+    server.refusal_body_after(Duration::from_millis(10));
+    std::fs::write(&path, "new").unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let client = ClientBuilder::new(http2)
+        .with(BearerMiddleware::new(store.clone()).retry_unauthorized())
+        .build();
+    let res = client.get(server.url("/")).send().await.unwrap();
+    assert_eq!(res.version(), reqwest::Version::HTTP_2);
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(
+        server.refusal_bodies_sent(),
+        1,
+        "the 401's stream was reset"
+    );
+}
+
 /// Rotations in the connection test.
 const ROTATIONS: u64 = 20;
 

@@ -147,6 +147,8 @@ async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
             .unwrap()
             .unwrap();
         assert_eq!(res.status(), StatusCode::OK);
+        // Read, as an application does: each body dropped unread would reset its stream.
+        res.into_body().collect().await.unwrap();
     }
     let status = store.status();
     assert_eq!(status.reads, 2, "exactly one read for 1000 401s");
@@ -155,6 +157,33 @@ async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
     assert_eq!(status.unauthorized.retries_succeeded, 1000);
     assert_eq!(server.refused(), 1000);
     assert_eq!(server.requests(), 2000);
+}
+
+/// Over HTTP/2 the 401's body is read to its end before the retry, as over HTTP/1, not
+/// dropped: a body dropped unread resets its stream, and h2 closes the whole connection
+/// (`GOAWAY` `ENHANCE_YOUR_CALM`, every request on it failing) once it has had to reset 1024
+/// streams whose frames came after it forgot them. A burst of a thousand retried 401s and
+/// a thousand responses dropped unread was seen to reach that here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(dir.path(), "old").await;
+    let server = AuthServer::start("new").await;
+    // Sent 10 ms after the headers: dropped at once, the stream would be reset before.
+    server.refusal_body_after(Duration::from_millis(10));
+    std::fs::write(&path, "new").unwrap();
+    let client = BearerLayer::new(store.clone())
+        .retry_unauthorized(RetryUnauthorized::new())
+        .layer(http2_client());
+    let res = client.oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(res.version(), http::Version::HTTP_2);
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(
+        server.refusal_bodies_sent(),
+        1,
+        "the 401's stream was reset"
+    );
 }
 
 /// Sends `req` after the server revoked "old" and the file holds "new"; returns the

@@ -14,11 +14,13 @@
 //! - if the token did not change, the 401 goes back to the caller: the same token would be
 //!   refused again.
 //!
-//! Before the second attempt over HTTP/1, the 401's body is read and dropped, up to
-//! [`DRAIN_LIMIT`] bytes and for at most [`DRAIN_TIME`], so that the connection goes back to
-//! its pool instead of being closed (a Kubernetes `Status` is a few hundred bytes); a larger
-//! or slower body is dropped unread. Over HTTP/2 the body is dropped at once: the stream is
-//! reset and the connection stays, so waiting would only delay the retry.
+//! Before the second attempt, the 401's body is read and dropped, up to [`DRAIN_LIMIT`]
+//! bytes and for at most [`DRAIN_TIME`] (a Kubernetes `Status` is a few hundred bytes); a
+//! larger or slower body is dropped unread. Over HTTP/1 this puts the connection back in its
+//! pool instead of closing it. Over HTTP/2 it ends the stream cleanly: a body dropped unread
+//! resets its stream, and h2 closes the whole connection, with every request on it, once it
+//! has had to reset 1024 streams whose frames came after it forgot them (`GOAWAY`
+//! `ENHANCE_YOUR_CALM`), which a few bursts of refusals over a link with latency reach.
 //!
 //! A request is sent again at most once, and only when its body can be replayed: bodies
 //! that clone cheaply ([`TryCloneBody`]), any body wrapped in a
@@ -309,15 +311,11 @@ where
                         (Some(_newer), Some(request)) => {
                             *this.replay = Some(request);
                             let response = response.take().expect("polled after completion");
-                            if response.version() >= http::Version::HTTP_2 {
-                                this.state.set(State::Ready);
-                            } else {
-                                this.state.set(State::Draining {
-                                    body: response.into_body(),
-                                    read: 0,
-                                    deadline: tokio::time::sleep(DRAIN_TIME),
-                                });
-                            }
+                            this.state.set(State::Draining {
+                                body: response.into_body(),
+                                read: 0,
+                                deadline: tokio::time::sleep(DRAIN_TIME),
+                            });
                         }
                         _ => {
                             let response = response.take().expect("polled after completion");

@@ -43,6 +43,10 @@ struct State {
     connections: Arc<AtomicU64>,
     /// The body of a refusal (a Kubernetes `Status`, a proxy's page).
     refusal_body: Mutex<Bytes>,
+    /// How long after its status line and headers a refusal's body goes out.
+    refusal_delay: Mutex<Duration>,
+    /// Refusal bodies sent: not those whose stream the client reset first.
+    refusal_bodies_sent: Arc<AtomicU64>,
 }
 
 /// The server. Stops accepting when dropped.
@@ -86,6 +90,8 @@ impl AuthServer {
             hold_until: AtomicU64::new(0),
             connections: Arc::default(),
             refusal_body: Mutex::new(Bytes::from_static(b"Unauthorized")),
+            refusal_delay: Mutex::new(Duration::from_millis(5)),
+            refusal_bodies_sent: Arc::default(),
         });
         let handler = {
             let state = state.clone();
@@ -151,6 +157,17 @@ impl AuthServer {
         *self.state.refusal_body.lock().unwrap() = body.into();
     }
 
+    /// Send a refusal's body `delay` after its headers from now on (5 ms at first).
+    pub fn refusal_body_after(&self, delay: Duration) {
+        *self.state.refusal_delay.lock().unwrap() = delay;
+    }
+
+    /// How many refusal bodies were sent: a client that resets a refusal's stream (drops
+    /// its body) before the body is due stops it (hyper drops the body then).
+    pub fn refusal_bodies_sent(&self) -> u64 {
+        self.state.refusal_bodies_sent.load(Ordering::SeqCst)
+    }
+
     /// Answer nothing until `n` requests have arrived.
     pub fn hold_until(&self, n: u64) {
         self.state.hold_until.store(n, Ordering::SeqCst);
@@ -192,8 +209,11 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
             // at once leaves the body unread on the connection.
             Refusal::Http => {
                 let refusal = state.refusal_body.lock().unwrap().clone();
+                let delay = *state.refusal_delay.lock().unwrap();
+                let sent = state.refusal_bodies_sent.clone();
                 let later = futures_util::stream::once(async move {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    tokio::time::sleep(delay).await;
+                    sent.fetch_add(1, Ordering::SeqCst);
                     Ok::<_, Infallible>(http_body::Frame::data(refusal))
                 });
                 Response::builder()
