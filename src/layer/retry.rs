@@ -20,7 +20,7 @@
 //! pool instead of closing it. Over HTTP/2 it ends the stream cleanly: a body dropped unread
 //! resets its stream, and h2 closes the whole connection, with every request on it, once it
 //! has had to reset 1024 streams whose frames came after it forgot them (`GOAWAY`
-//! `ENHANCE_YOUR_CALM`), which a few bursts of refusals over a link with latency reach.
+//! `ENHANCE_YOUR_CALM`), which bursts of refusals can reach over a connection's life.
 //!
 //! A request is sent again at most once, and only when its body can be replayed: bodies
 //! that clone cheaply ([`TryCloneBody`]), any body wrapped in a
