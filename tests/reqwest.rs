@@ -13,8 +13,8 @@ use http::Extensions;
 use http::header::AUTHORIZATION;
 use reqwest::{Request, Response, StatusCode};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
-use support::quiet_store;
 use support::server::AuthServer;
+use support::{behind_a_rotation, quiet_store};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -114,11 +114,9 @@ async fn without_the_retry_a_401_goes_back_and_the_next_request_has_the_new_toke
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(dir.path(), "old").await;
-    let server = AuthServer::start("new").await;
+    let (store, server) = behind_a_rotation(dir.path()).await;
     // Sent 10 ms after the headers: dropped at once, the stream would be reset before.
     server.refusal_body_after(Duration::from_millis(10));
-    std::fs::write(&path, "new").unwrap();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http2 = reqwest::Client::builder()
         .http2_prior_knowledge()

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use support::server::{AuthServer, Refusal, http1_client, http2_client, sha256_hex};
-use support::{eventually, quiet_store};
+use support::{behind_a_rotation, eventually, quiet_store};
 use tower::{Layer, Service, ServiceExt};
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -128,9 +128,7 @@ async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(dir.path(), "old").await;
-    let server = AuthServer::start("new").await;
-    std::fs::write(&path, "new").unwrap();
+    let (store, server) = behind_a_rotation(dir.path()).await;
     // No answer until all 1000 have arrived, so all are sent with the old token.
     server.hold_until(1000);
     let client = BearerLayer::new(store.clone())
@@ -167,11 +165,9 @@ async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(dir.path(), "old").await;
-    let server = AuthServer::start("new").await;
+    let (store, server) = behind_a_rotation(dir.path()).await;
     // Sent 10 ms after the headers: dropped at once, the stream would be reset before.
     server.refusal_body_after(Duration::from_millis(10));
-    std::fs::write(&path, "new").unwrap();
     let client = BearerLayer::new(store.clone())
         .retry_unauthorized(RetryUnauthorized::new())
         .layer(http2_client());
@@ -194,9 +190,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(dir.path(), "old").await;
-    let server = AuthServer::start("new").await;
-    std::fs::write(&path, "new").unwrap();
+    let (store, server) = behind_a_rotation(dir.path()).await;
     let mut client = BearerLayer::new(store.clone())
         .retry_unauthorized(RetryUnauthorized::new())
         .layer(http1_client::<B>());
@@ -284,9 +278,7 @@ async fn grpc_unauthenticated_is_retried_under_the_grpc_classifier() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_its_own_authorization_is_not_retried() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, store) = quiet_store(dir.path(), "old").await;
-    let server = AuthServer::start("new").await;
-    std::fs::write(&path, "new").unwrap();
+    let (store, server) = behind_a_rotation(dir.path()).await;
     let client = BearerLayer::new(store.clone())
         .retry_unauthorized(RetryUnauthorized::new())
         .layer(http1_client());

@@ -38,6 +38,15 @@ pub async fn quiet_store(dir: &Path, token: &str) -> (PathBuf, TokenStore) {
     (path, store)
 }
 
+/// A quiet store that still holds `old` while its file holds `new`, and a server that
+/// accepts `new` alone: the next request is refused, and its 401's re-read finds `new`.
+pub async fn behind_a_rotation(dir: &Path) -> (TokenStore, server::AuthServer) {
+    let (path, store) = quiet_store(dir, "old").await;
+    let server = server::AuthServer::start("new").await;
+    std::fs::write(&path, "new").unwrap();
+    (store, server)
+}
+
 /// Waits until `store` holds `token`, woken by its rotations, checking that generations
 /// only go up; fails after [`DEADLINE`] with the store's status.
 pub async fn wait_for_token(store: &TokenStore, token: &str) {
