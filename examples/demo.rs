@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use bearer_reload::Options;
 use bearer_reload::testing::ProjectedTokenDir;
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -191,11 +190,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         &KubeConfigOptions::default(),
     )
     .await?;
-    let ours = bearer_reload::kube::client_with(config.clone(), Options::new()).await?;
-    let store = ours
-        .store
-        .clone()
-        .expect("the kubeconfig uses a token file");
+    let store = bearer_reload::kube::token_store(&config)?
+        .expect("the kubeconfig uses a token file")
+        .load()
+        .await?;
+    let ours = bearer_reload::kube::client_with(config.clone(), store.clone())?;
     let builtin = kube::Client::try_from(config.clone())?;
     let read_once = {
         let token = std::fs::read_to_string(projected.token_path())?;
@@ -214,7 +213,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         kube::Client::try_from(config)?
     };
     let runs = [
-        ("bearer-reload", ours.client),
+        ("bearer-reload", ours),
         ("kube-builtin", builtin),
         ("read-once", read_once),
     ]
@@ -298,9 +297,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         rotations,
         status.generation,
         status.reads,
-        status.unauthorized.seen,
-        status.unauthorized.retries,
-        status.unauthorized.retries_succeeded,
+        status.unauthorized,
+        status.retries,
+        status.retries_succeeded,
         status.watch
     );
     println!();

@@ -12,7 +12,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
+use bearer_reload::source::FileSource;
+use bearer_reload::{BearerLayer, TokenStore};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header::AUTHORIZATION};
 use http_body_util::{BodyExt, Empty, Full};
@@ -86,7 +87,9 @@ async fn main() -> Result<(), BoxError> {
     let dir = tempfile::tempdir()?;
     let token_path = dir.path().join("token");
     std::fs::write(&token_path, "first-token\n")?;
-    let store = TokenFile::new(&token_path).load().await?;
+    let store = TokenStore::builder(FileSource::new(&token_path))
+        .load()
+        .await?;
 
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from(ca.der().to_vec()))?;
@@ -100,7 +103,7 @@ async fn main() -> Result<(), BoxError> {
         .enable_http1()
         .build();
     let client = ServiceBuilder::new()
-        .layer(BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new()))
+        .layer(BearerLayer::new(store.clone()).retry_unauthorized())
         .service(Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(https));
 
     let url = format!("https://{addr}/");

@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-use bearer_reload::Options;
-use bearer_reload::kube::{ReloadingClient, client_with};
+use bearer_reload::kube::{client_with, token_store};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,10 +27,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    // One line for most apps: `let client = bearer_reload::kube::infer().await?;`
+    // One line for most apps: `bearer_reload::kube::client(config).await?`. Here the store
+    // is kept, for its status.
     let config = kube::Config::incluster()?;
-    let ReloadingClient { client, store, .. } = client_with(config, Options::new()).await?;
-    let store = store.expect("the in-cluster config reads a token file");
+    let store = token_store(&config)?
+        .expect("the in-cluster config reads a token file")
+        .load()
+        .await?;
+    let client = client_with(config, store.clone())?;
     for _ in 0..6 {
         let version = client.apiserver_version().await?;
         let status = store.status();

@@ -8,8 +8,7 @@
 //!
 //! Without a kubeconfig it says what it would do and exits.
 
-use bearer_reload::Options;
-use bearer_reload::kube::{ReloadingClient, client_with};
+use bearer_reload::kube::{client_with, token_store};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -25,18 +24,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "no kubeconfig found ($KUBECONFIG or ~/.kube/config). With one, this example would:\n\
              - build a kube::Client from its current context\n\
-             - if the user entry has a tokenFile, reload that file on every change and retry\n\
-             \x20 a 401 once with the new token (otherwise use kube's own client)\n\
+             - if the user entry has a tokenFile (or an exec plugin), reload that file on every\n\
+             \x20 change (run the plugin before its token expires) and retry a 401 once with the\n\
+             \x20 new token (otherwise use kube's own client)\n\
              - list the config maps of the context's namespace"
         );
         return Ok(());
     };
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let ReloadingClient { client, store, .. } = client_with(config, Options::new()).await?;
-    match &store {
-        Some(store) => println!("reloading {} ({})", store.current(), store.status().source),
-        None => println!("this user has no tokenFile: kube's own client, unchanged"),
-    }
+    let client = match token_store(&config)? {
+        Some(builder) => {
+            let store = builder.load().await?;
+            println!("reloading {} ({})", store.current(), store.status().source);
+            client_with(config, store)?
+        }
+        None => {
+            println!("this user has neither a tokenFile nor an exec plugin: kube's own client");
+            kube::Client::try_from(config)?
+        }
+    };
 
     let configmaps: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let list = configmaps.list(&ListParams::default()).await?;

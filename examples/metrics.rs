@@ -21,8 +21,9 @@ mod server;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
+use bearer_reload::{BearerLayer, TokenStore};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Empty;
@@ -50,13 +51,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let dir = tempfile::tempdir()?;
     let volume = ProjectedTokenDir::create(dir.path().join("serviceaccount"), "token-1")?;
-    let store = TokenFile::new(volume.token_path())
+    let store = TokenStore::builder(FileSource::new(volume.token_path()))
         .name("payments-api")
         .load()
         .await?;
     let server = AuthServer::start("token-1").await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client::<Empty<Bytes>>());
 
     let started = Instant::now();

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bearer_reload::TokenFile;
+use bearer_reload::TokenStore;
+use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
@@ -113,7 +114,7 @@ impl Latencies {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), "token-0")?;
-    let store = TokenFile::new(volume.token_path())
+    let store = TokenStore::builder(FileSource::new(volume.token_path()))
         .refresh_interval(None)
         .load()
         .await?;

@@ -25,8 +25,9 @@ mod server;
 #[path = "../tests/support/tls.rs"]
 mod tls;
 
-use bearer_reload::TokenFile;
+use bearer_reload::TokenStore;
 use bearer_reload::reqwest::BearerMiddleware;
+use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
 use server::AuthServer;
 
@@ -46,7 +47,9 @@ async fn main() -> Result<(), BoxError> {
     // The token, written the way the kubelet writes a projected service-account token.
     let dir = tempfile::tempdir()?;
     let projected = ProjectedTokenDir::create(dir.path().join("sa"), "first-token")?;
-    let store = TokenFile::new(projected.token_path()).load().await?;
+    let store = TokenStore::builder(FileSource::new(projected.token_path()))
+        .load()
+        .await?;
 
     // The client: reqwest trusting our CA only, with the middleware and its 401 retry.
     let client = reqwest::Client::builder()
@@ -83,12 +86,10 @@ async fn main() -> Result<(), BoxError> {
     );
     res.error_for_status()?;
 
-    let unauthorized = store.status().unauthorized;
+    let status = store.status();
     println!(
         "reqwest_client ok generation={} refused={} retried={}",
-        store.generation(),
-        unauthorized.seen,
-        unauthorized.retries
+        status.generation, status.unauthorized, status.retries
     );
     Ok(())
 }

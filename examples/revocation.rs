@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
+use bearer_reload::{BearerLayer, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Empty;
@@ -56,6 +57,17 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Nothing counts as refused: the timer alone refreshes the token, as kube-rs and
+/// client-go do.
+#[derive(Debug, Clone, Copy)]
+struct NeverUnauthorized;
+
+impl bearer_reload::classify::Unauthorized for NeverUnauthorized {
+    fn is_unauthorized<B>(&self, _: &http::Response<B>) -> bool {
+        false
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let duration = Duration::from_secs(arg("--duration", 20));
@@ -84,10 +96,13 @@ async fn run(
     let first = token();
     let projected = ProjectedTokenDir::create(dir.path(), first.as_bytes())?;
     let server = AuthServer::start(&first).await;
-    let store: TokenStore = TokenFile::new(projected.token_path())
-        .watch(mode != Mode::TimerOnly)
-        .load()
-        .await?;
+    let builder = TokenStore::builder(FileSource::new(projected.token_path()));
+    let store: TokenStore = match mode {
+        Mode::TimerOnly => builder.no_watch(),
+        Mode::Retry | Mode::NoRetry => builder,
+    }
+    .load()
+    .await?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let (requests, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -100,7 +115,7 @@ async fn run(
             let client = tower::util::BoxCloneService::new(match mode {
                 Mode::Retry => tower::util::Either::Left(
                     layer
-                        .retry_unauthorized(RetryUnauthorized::new())
+                        .retry_unauthorized()
                         .layer(http1_client::<Empty<Bytes>>()),
                 ),
                 Mode::NoRetry => tower::util::Either::Right(tower::util::Either::Left(
@@ -108,7 +123,7 @@ async fn run(
                 )),
                 Mode::TimerOnly => tower::util::Either::Right(tower::util::Either::Right(
                     layer
-                        .classifier(bearer_reload::classify::Never)
+                        .classifier(NeverUnauthorized)
                         .layer(http1_client::<Empty<Bytes>>()),
                 )),
             });

@@ -28,13 +28,17 @@
 //! The stores' periodic timer is off unless `--refresh-secs` says otherwise, so that the
 //! watcher's cost is measured alone.
 
+#[path = "../tests/support/procfs.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod procfs;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bearer_reload::testing::watch_registry;
-use bearer_reload::{TokenFile, TokenStore};
+use bearer_reload::TokenStore;
+use bearer_reload::source::FileSource;
 use clap::{Parser, ValueEnum};
 
 /// Stores per directory in the `dirs` layout.
@@ -204,7 +208,7 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
     let load_start = Instant::now();
     let mut stores = Vec::with_capacity(n);
     for path in &paths {
-        let store = TokenFile::new(path)
+        let store = TokenStore::builder(FileSource::new(path))
             .refresh_interval(args.refresh_secs.map(Duration::from_secs))
             .load()
             .await?;
@@ -289,10 +293,12 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
         Layout::Dirs => "dirs",
         Layout::Onedir => "onedir",
     };
-    let registry = watch_registry();
     println!(
-        "# n={n} layout={layout_name}: loaded in {load_s:.2} s; {} directories watched; missed {missed} of {} rotations",
-        registry.directories, args.rotations
+        "# n={n} layout={layout_name}: loaded in {load_s:.2} s; {} inotify watches on {} \
+         inotify instances; missed {missed} of {} rotations",
+        procfs::inotify_watches(),
+        procfs::inotify_fds(),
+        args.rotations
     );
     println!(
         "# n={n} layout={layout_name}: a directory-wide event re-read its {} files in {:.0} ms \
@@ -314,7 +320,7 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
 
     drop(stores);
     let start = Instant::now();
-    while watch_registry().subscribers > 0 && start.elapsed() < Duration::from_secs(30) {
+    while procfs::inotify_watches() > 0 && start.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())

@@ -7,7 +7,8 @@
 //! A workload calls a service ("vault") that accepts only unexpired tokens for its
 //! audience, through `BearerLayer`, with tokens of the service account `team-a/payments`
 //! that a `TokenRequestSource` asks the project's HTTPS API server for. Two parts of the
-//! workload build their own layer for the same audience; they share one store. Time is
+//! workload build their own layer for the same audience on one store, shared by cloning
+//! it. Time is
 //! simulated (tokio's paused clock, jumping from timer to timer while no HTTP exchange is
 //! in flight, and the same clock for the store's dates and the API server's), so a day runs
 //! in seconds; every socket, TLS handshake and signature is real.
@@ -32,7 +33,7 @@ mod token_request;
 use std::time::{Duration, Instant};
 
 use bearer_reload::source::TokenRequestSource;
-use bearer_reload::{BearerLayer, RetryUnauthorized, StoreBuilder};
+use bearer_reload::{BearerLayer, TokenStore};
 use bytes::Bytes;
 use clap::Parser;
 use http::{Request, StatusCode};
@@ -97,40 +98,31 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // kube's 429/503/504 retry sleeps inside an exchange, where the simulated clock is
     // held; nothing here fails, so it has nothing to do anyway.
     config.default_retry = false;
-    let cluster = config.cluster_url.clone();
     let client = kube::client::ClientBuilder::try_from(config)?
         .with_layer(&GuardLayer)
         .build();
 
-    // Each part of the workload builds its own source, store and layer.
+    // One store for the audience; each part of the workload builds its own layer on a
+    // clone of it.
+    let source = TokenRequestSource::new(client.clone(), SA)
+        .audience(AUDIENCE)
+        .expiration(Duration::from_secs(args.ttl));
+    let store = TokenStore::builder(source)
+        .simulated_clock(clock.origin, clock.start)
+        .load()
+        .await?;
     let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut layers = Vec::new();
-    let mut stores = Vec::new();
-    for _ in 0..args.layers {
-        let source = TokenRequestSource::builder(client.clone(), &cluster)
-            .service_account(SA)
-            .audience(AUDIENCE)
-            .expiration(Duration::from_secs(args.ttl))
-            .build()?;
-        let store = StoreBuilder::from_source(source)
-            .simulated_clock(clock.origin, clock.start)
-            .load()
-            .await?;
-        let layer = BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new());
-        layers.push(layer.layer(http.clone()));
-        stores.push(store);
-    }
-    let shared = stores.windows(2).all(|w| w[0].ptr_eq(&w[1]));
+    let layers: Vec<_> = (0..args.layers)
+        .map(|_| {
+            BearerLayer::new(store.clone())
+                .retry_unauthorized()
+                .layer(http.clone())
+        })
+        .collect();
     println!(
-        "simulating {} h: {} layers for audience {AUDIENCE:?} ({}), tokens of {NS}/{SA} living {} s",
-        args.simulate_hours,
-        args.layers,
-        if shared {
-            "one shared store"
-        } else {
-            "separate stores"
-        },
-        args.ttl
+        "simulating {} h: {} layers for audience {AUDIENCE:?} on one store, tokens of \
+         {NS}/{SA} living {} s",
+        args.simulate_hours, args.layers, args.ttl
     );
 
     let url = vault.url("/v1/secret/data/app");
@@ -155,7 +147,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         if t % (4 * 3600) == 0 {
-            let status = stores[0].status();
+            let status = store.status();
             println!(
                 "  t={:>2}h api_calls={} generation={} failures={} freshness={:?}",
                 t / 3600,

@@ -1,9 +1,10 @@
 //! A tonic client (tonic-health's generated `HealthClient`) over a TLS `Channel`, whose calls
 //! carry the token from a file, through a rotation that the gRPC server enforces at once.
 //!
-//! The stack: `BearerLayer` with `RetryUnauthorized::grpc()`, which reloads the token and
-//! sends a call again when the server answers `UNAUTHENTICATED`, inside a `ReplayLayer`,
-//! which makes tonic's request bodies replayable. Unary and server-streaming calls both go
+//! The stack: `BearerLayer` with the gRPC classifier and the retry, which reloads the token
+//! and sends a call again when the server answers `UNAUTHENTICATED`, between two of
+//! tower-http's `MapRequestBodyLayer`s, which make tonic's request bodies replayable
+//! (`ReplayBody`) and turn them back into tonic's. Unary and server-streaming calls both go
 //! through it.
 //!
 //! Fully local: it starts a tonic server on 127.0.0.1 (TLS with a certificate made at
@@ -18,15 +19,18 @@ mod tls;
 
 use std::sync::{Arc, Mutex};
 
-use bearer_reload::body::ReplayLayer;
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
+use bearer_reload::body::ReplayBody;
+use bearer_reload::classify::GrpcUnauthenticated;
+use bearer_reload::source::FileSource;
+use bearer_reload::{BearerLayer, TokenStore};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig};
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
-use tower::Layer;
+use tower::ServiceBuilder;
+use tower_http::map_request_body::MapRequestBodyLayer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -59,18 +63,25 @@ async fn main() -> Result<(), BoxError> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("token");
     std::fs::write(&path, "first-token\n")?;
-    let store = TokenFile::new(&path).load().await?;
+    let store = TokenStore::builder(FileSource::new(&path)).load().await?;
 
     // The client: a TLS channel under the layers.
     let channel = Endpoint::from_shared(url)?
         .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca.ca_pem())))?
         .connect()
         .await?;
-    let layer = ReplayLayer::new(
-        BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::grpc()),
-        tonic::body::Body::new,
-    );
-    let mut client = HealthClient::new(layer.layer(channel));
+    // Bodies made replayable above the layer and turned back into tonic's below it, so
+    // that a refused call can be sent again.
+    let service = ServiceBuilder::new()
+        .layer(MapRequestBodyLayer::new(ReplayBody::new))
+        .layer(
+            BearerLayer::new(store.clone())
+                .classifier(GrpcUnauthenticated)
+                .retry_unauthorized(),
+        )
+        .layer(MapRequestBodyLayer::new(tonic::body::Body::new))
+        .service(channel);
+    let mut client = HealthClient::new(service);
 
     let res = client.check(HealthCheckRequest::default()).await?;
     println!(
@@ -115,12 +126,10 @@ async fn main() -> Result<(), BoxError> {
         Some(Code::Unauthenticated)
     );
 
-    let unauthorized = store.status().unauthorized;
+    let status = store.status();
     println!(
         "tonic_client ok generation={} refused={} retried={}",
-        store.generation(),
-        unauthorized.seen,
-        unauthorized.retries
+        status.generation, status.unauthorized, status.retries
     );
     Ok(())
 }

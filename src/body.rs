@@ -1,13 +1,52 @@
 //! Request bodies that can be sent a second time: [`TryCloneBody`] and [`ReplayBody`].
 //!
 //! A 401 retry sends the same request again, body included. Bodies that clone cheaply
-//! (`Full<Bytes>`, `kube::client::Body`) implement [`TryCloneBody`]; a streamed body is
-//! wrapped in a [`ReplayBody`], which keeps a copy of what it streams, up to a limit, as the
-//! first attempt sends it (modelled on linkerd2-proxy's `ReplayBody`). A body from another
-//! crate that clones in its own way needs no trait impl: give the retry policy a function
-//! ([`RetryUnauthorized::clone_body_fn`](crate::RetryUnauthorized::clone_body_fn)). A
-//! client that takes only its own body type, which cannot be copied (tonic's `Channel`),
-//! gets its requests' bodies wrapped and unwrapped around the retry by a [`ReplayLayer`].
+//! (`Full<Bytes>`, `kube::client::Body`) implement [`TryCloneBody`]; any other body (a
+//! stream, a body type of another crate) is wrapped in a [`ReplayBody`], which keeps a copy
+//! of what it streams, up to a limit, as the first attempt sends it (modelled on
+//! linkerd2-proxy's `ReplayBody`).
+//!
+//! # A client that takes only its own body type
+//!
+//! Some clients take only a body type that cannot be copied, tonic's `Channel` above all
+//! (`tonic::body::Body`). Wrap each request body in a `ReplayBody` above the layer, and
+//! turn it back into the client's type below it, with tower-http's `MapRequestBodyLayer`
+//! (or `tower::ServiceBuilder::map_request`):
+//!
+//! ```text
+//! Request<B> ─▶ map to ReplayBody<B> ─▶ BearerService (copies, retries) ─▶ map to the client's body ─▶ client
+//! ```
+//!
+//! ```no_run
+//! # async fn run(store: bearer_reload::TokenStore) -> Result<(), Box<dyn std::error::Error>> {
+//! use bearer_reload::BearerLayer;
+//! use bearer_reload::body::ReplayBody;
+//! use bearer_reload::classify::GrpcUnauthenticated;
+//! use tonic_health::pb::HealthCheckRequest;
+//! use tonic_health::pb::health_client::HealthClient;
+//! use tower::ServiceBuilder;
+//! use tower_http::map_request_body::MapRequestBodyLayer;
+//!
+//! let channel = tonic::transport::Channel::from_static("https://api:443").connect().await?;
+//! let service = ServiceBuilder::new()
+//!     .layer(MapRequestBodyLayer::new(ReplayBody::new))
+//!     .layer(
+//!         BearerLayer::new(store)
+//!             .classifier(GrpcUnauthenticated) // a trailers-only UNAUTHENTICATED
+//!             .retry_unauthorized(),
+//!     )
+//!     .layer(MapRequestBodyLayer::new(tonic::body::Body::new))
+//!     .service(channel);
+//! let mut client = HealthClient::new(service);
+//! client.check(HealthCheckRequest { service: String::new() }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Each request's body is then a `ReplayBody` (a shared buffer and a lock, one allocation
+//! each per request) that keeps up to 64 KiB of it as it is sent
+//! ([`ReplayBody::with_limit`] for another limit). A request whose body outgrows the limit
+//! is not sent again: it gets its 401 back, and the token is reloaded for the requests that
+//! follow.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -19,17 +58,14 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::sync::lock;
 
-mod layer;
-
-pub use layer::{IntoBody, RecordBody, ReplayLayer};
-
-/// A request body that can be copied for a second attempt.
+/// A request body that can be copied for a second attempt: the bound of
+/// [`BearerLayer::retry_unauthorized`](crate::BearerLayer::retry_unauthorized)'s service.
 ///
-/// Implemented for bodies that clone cheaply and for [`ReplayBody`]. A body type that is
-/// not replayable at all can implement it by returning `None`: its requests get the reload
-/// on 401 but are not sent again. The copy is made for every request before it is sent:
-/// `Bytes`, `Full<Bytes>` and `kube::client::Body` share their buffer, while `String` and
-/// `Vec<u8>` are copied whole.
+/// Implemented for bodies that clone cheaply and for [`ReplayBody`]; wrap any other body
+/// in a `ReplayBody`. A body type that is not replayable at all can implement it by
+/// returning `None`: its requests get the reload on 401 but are not sent again. The copy is
+/// made for every request before it is sent: `Bytes`, `Full<Bytes>` and
+/// `kube::client::Body` share their buffer, while `String` and `Vec<u8>` are copied whole.
 pub trait TryCloneBody: Sized {
     /// A copy of the body as it was before anything was read from it, or `None`.
     fn try_clone_body(&self) -> Option<Self>;
@@ -70,7 +106,7 @@ impl TryCloneBody for kube::client::Body {
 }
 
 /// The default limit of a [`ReplayBody`]: 64 KiB.
-pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
+const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 
 /// The error type most bodies' errors convert into.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -85,7 +121,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[non_exhaustive]
 pub enum ReplayError {
     /// The wrapped body failed.
-    #[error("the request body failed: {0}")]
+    #[error("the request body failed")]
     Body(#[source] BoxError),
     /// This copy cannot be sent whole: the body outgrew the replay limit before the copy
     /// was asked for, or another copy took the body over while this one was being sent.
@@ -155,7 +191,7 @@ impl<B> std::fmt::Debug for ReplayBody<B> {
 }
 
 impl<B: Body> ReplayBody<B> {
-    /// Wraps `body`, keeping up to [`DEFAULT_REPLAY_LIMIT`] bytes for a replay.
+    /// Wraps `body`, keeping up to 64 KiB of it for a replay.
     pub fn new(body: B) -> Self {
         Self::with_limit(body, DEFAULT_REPLAY_LIMIT)
     }

@@ -2,7 +2,9 @@
 //!
 //! The layer asks its classifier about every response to a request that carried the
 //! store's token; an unauthorized one reloads the token (and, with
-//! [`RetryUnauthorized`](crate::RetryUnauthorized), may send the request again).
+//! [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized), may send the request
+//! again). Implement [`Unauthorized`] for an API that says so another way (a 403 with a
+//! particular body code, say).
 
 use http::{Response, StatusCode};
 
@@ -43,19 +45,6 @@ impl Unauthorized for GrpcUnauthenticated {
     }
 }
 
-/// Nothing is unauthorized: the layer only sets the header and never reloads on a
-/// response, like tower-http's static `AddAuthorization` (for comparisons, or a server
-/// whose refusals never mean the token changed).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Never;
-
-impl Unauthorized for Never {
-    #[inline]
-    fn is_unauthorized<B>(&self, _response: &Response<B>) -> bool {
-        false
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +66,5 @@ mod tests {
         assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("7"))));
         assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("0"))));
         assert!(!GrpcUnauthenticated.is_unauthorized(&res(200, Some("160"))));
-        assert!(!Never.is_unauthorized(&res(401, None)));
     }
 }

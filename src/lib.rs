@@ -1,19 +1,21 @@
 //! Client-side [tower](https://docs.rs/tower) middleware that puts
 //! `Authorization: Bearer <token>` on every request, from a token that another process
 //! rotates (a projected service-account token, a kubeconfig `tokenFile`, a Vault agent
-//! sink) or that a [`TokenSource`](source::TokenSource) of your own fetches, and keeps every
-//! request working through the rotation.
+//! sink) or that a [`TokenSource`](source::TokenSource) fetches (an exec credential plugin,
+//! the TokenRequest API, your own), and keeps every request working through the rotation.
 //!
 //! When the file changes, a watcher on its directory has the new token installed within
 //! milliseconds, and a timer re-reads it as a backstop; a bad read (an empty, half-written
 //! or unreadable file) never replaces the last good token. A request that still meets a
 //! 401 reloads the token at once for the requests that follow and, with
-//! [`RetryUnauthorized`], is itself sent once more with the new token. The request path
-//! costs one atomic load and the clone of a prebuilt, sensitive header value.
+//! [`retry_unauthorized`](BearerLayer::retry_unauthorized), is itself sent once more with
+//! the new token. The request path costs one atomic load and the clone of a prebuilt,
+//! sensitive header value.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
+//! use bearer_reload::{BearerLayer, TokenStore};
+//! use bearer_reload::source::FileSource;
 //! use bytes::Bytes;
 //! use http::Request;
 //! use http_body_util::Empty;
@@ -22,14 +24,13 @@
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! // Reads the token once (an error names the path and the problem), then follows it.
-//! let store = TokenFile::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
-//!     .load()
-//!     .await?;
+//! let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+//! let store = TokenStore::builder(FileSource::new(path)).load().await?;
 //!
 //! // Any tower HTTP client; here hyper-util's (hyper-rustls adds TLS).
 //! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
 //! let client = ServiceBuilder::new()
-//!     .layer(BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new()))
+//!     .layer(BearerLayer::new(store.clone()).retry_unauthorized())
 //!     .service(http);
 //!
 //! let request = Request::get("http://api.internal/healthz").body(Empty::new())?;
@@ -39,7 +40,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! For kube-rs, [`kube::infer`] builds the whole client in one line (feature `kube`).
+//! For kube-rs, [`kube::client`] builds the whole client in one line (feature `kube`).
 //!
 //! # How it fits together
 //!
@@ -51,20 +52,17 @@
 //!   ([`FnSource`](source::FnSource)) and, with feature `kube`, the TokenRequest API
 //!   ([`TokenRequestSource`]: audience-bound service-account tokens).
 //! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
-//!   the token says about itself ([`TokenKind`]: a JWT's claims, a bootstrap token's id).
+//!   the token says about itself ([`TokenKind`](token::TokenKind): a JWT's claims, a
+//!   bootstrap token's id).
 //! - [`store`]: the current token behind an atomic pointer ([`TokenStore`]); single-flight
-//!   reads that keep the last good token; [`Status`]; a weak [`Handle`](store::Handle) for
-//!   the background work.
-//! - [`StoreBuilder`] builds a store on a source and starts what keeps it fresh: the
-//!   timer, and for a file the directory watcher. [`TokenFile`] (a file), [`TokenLoader`]
-//!   (an async closure) and [`Options`] (no source yet) are its forms.
-//! - [`layer`]: the tower middleware ([`BearerLayer`]), which reloads the token on a 401,
-//!   and [`RetryUnauthorized`] ([`layer::retry`]), which also sends the request again;
-//!   [`classify`] says what counts as unauthorized (HTTP 401, gRPC `UNAUTHENTICATED`),
-//!   [`body`] makes request bodies replayable.
-//! - tonic: the layer over a `tonic::transport::Channel`, with
-//!   [`RetryUnauthorized::grpc()`] and a [`ReplayLayer`](body::ReplayLayer), whose docs
-//!   show the stack.
+//!   reads that keep the last good token; [`Status`]. [`TokenStore::builder`] builds one on
+//!   any source ([`StoreBuilder`]) and starts what keeps it fresh: the timer, and for a
+//!   file the directory watcher. A store is shared by cloning it, and only so.
+//! - [`layer`]: the tower middleware ([`BearerLayer`]), which reloads the token on a 401
+//!   and, with [`retry_unauthorized`](BearerLayer::retry_unauthorized), sends the request
+//!   again; [`classify`] says what counts as unauthorized (HTTP 401, gRPC
+//!   `UNAUTHENTICATED`), [`body`] makes request bodies replayable (and shows the tonic
+//!   stack).
 //!
 //! # Feature flags
 //!
@@ -75,7 +73,7 @@
 //! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, rustls + ring); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
 //! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
 //! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
-//! | `testing` | [`testing`] | kubelet-faithful token writers for your own tests; [`StoreBuilder::simulated_clock`] |
+//! | `testing` | [`testing`] | a kubelet-faithful token writer for your own tests; [`StoreBuilder::simulated_clock`] |
 //!
 //! # Where the layer goes
 //!
@@ -107,7 +105,7 @@
 )]
 #![cfg_attr(
     not(feature = "kube"),
-    doc = "[`kube`]: #feature-flags\n[`kube::infer`]: #feature-flags\n[`TokenRequestSource`]: #feature-flags"
+    doc = "[`kube`]: #feature-flags\n[`kube::client`]: #feature-flags\n[`TokenRequestSource`]: #feature-flags"
 )]
 #![cfg_attr(
     feature = "reqwest",
@@ -150,7 +148,7 @@ mod test_support;
 pub mod testing;
 pub mod token;
 
-pub use builder::{NoSource, Options, Refresher, StoreBuilder, TokenFile, TokenLoader};
-pub use layer::{BearerLayer, BearerService, RetryUnauthorized};
-pub use store::{LoadError, Reloaded, Status, TokenStore, WatchState};
-pub use token::{Claims, Fingerprint, Freshness, Token, TokenError, TokenKind};
+pub use builder::StoreBuilder;
+pub use layer::{BearerLayer, BearerService};
+pub use store::{LoadError, Status, TokenStore, WatchState};
+pub use token::Token;

@@ -10,22 +10,24 @@
 //! | `bearer_reload_unauthorized_total` | counter | | unauthorized responses to requests that carried the store's token |
 //! | `bearer_reload_retries_total` | counter | `result` (`succeeded`, `refused`) | requests sent again with a newer token |
 //! | `bearer_reload_requests_kept_authorization_total` | counter | | requests that kept their own `Authorization` |
-//! | `bearer_reload_token_expires_in_seconds` | gauge | | until the token in use expires (when it says) |
-//! | `bearer_reload_token_age_seconds` | gauge | | since the token in use was issued (its `iat`, else since it was installed) |
-//! | `bearer_reload_source_changed_seconds` | gauge | | since a read of the source last found a new token |
-//! | `bearer_reload_watch_state` | gauge | `state` (`active`, `degraded`, `off`) | 1 for the store's watch state, 0 for the others |
+//! | `bearer_reload_token_expiry_timestamp_seconds` | gauge | | when the token in use expires (when it says), Unix time |
+//! | `bearer_reload_token_issued_timestamp_seconds` | gauge | | when the token in use was issued (its `iat`, else when it was installed), Unix time |
+//! | `bearer_reload_source_changed_timestamp_seconds` | gauge | | when a read of the source last found a new token, Unix time |
+//! | `bearer_reload_watch_state` | gauge | `state` (`active`, `degraded`, `off`, `stopped`) | 1 for the store's watch state, 0 for the others |
 //! | `bearer_reload_generation` | gauge | | the token's generation (1, then one more per rotation) |
 //! | `bearer_reload_rotation_stalled` | gauge | | 1 while the token in use is past its rotation point and the source holds nothing newer |
 //!
-//! The time gauges are refreshed every [`GAUGE_PERIOD`] by one task for the whole process,
-//! and after every read. The request path records nothing but the rare request that kept
-//! its own `Authorization`.
+//! Dates are exported as Unix timestamps, as the Prometheus instrumentation guidelines
+//! advise, not as "seconds until": they change only when the token does, so every gauge is
+//! set by the store's reads, and nothing runs in the background to keep a countdown
+//! current. The query computes the countdown (`... - time()`). The request path records
+//! nothing but the rare request that kept its own `Authorization`.
 //!
 //! # Alert rules (Prometheus)
 //!
 //! ```yaml
 //! - alert: BearerTokenExpiresSoon
-//!   expr: bearer_reload_token_expires_in_seconds < 600
+//!   expr: bearer_reload_token_expiry_timestamp_seconds - time() < 600
 //!   for: 1m
 //!   annotations:
 //!     summary: "{{ $labels.source }}: the token in use expires within 10 minutes"
@@ -35,43 +37,34 @@
 //!   annotations:
 //!     summary: "{{ $labels.source }}: the token is past its rotation point and nothing
 //!       has replaced it (a stopped kubelet or writer, a subPath mount, a failing plugin)"
+//! - alert: BearerTokenNotRefreshed
+//!   expr: bearer_reload_watch_state{state="stopped"} == 1
+//!   for: 5m
+//!   annotations:
+//!     summary: "{{ $labels.source }}: nothing refreshes the token in the background"
 //! ```
 //!
 //! [`StoreBuilder::name`]: crate::StoreBuilder::name
 //! [`metrics`]: https://docs.rs/metrics/0.24/metrics/
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::SystemTime;
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge};
-
-/// How often the process-wide task refreshes the time gauges.
-pub const GAUGE_PERIOD: Duration = Duration::from_secs(5);
-
-/// The names of every series, for exporters' allow-lists.
-pub const NAMES: [&str; 10] = [
-    RELOADS,
-    UNAUTHORIZED,
-    RETRIES,
-    KEPT_AUTHORIZATION,
-    EXPIRES_IN,
-    TOKEN_AGE,
-    SOURCE_CHANGED,
-    WATCH_STATE,
-    GENERATION,
-    STALLED,
-];
 
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
 const RETRIES: &str = "bearer_reload_retries_total";
 const KEPT_AUTHORIZATION: &str = "bearer_reload_requests_kept_authorization_total";
-const EXPIRES_IN: &str = "bearer_reload_token_expires_in_seconds";
-const TOKEN_AGE: &str = "bearer_reload_token_age_seconds";
-const SOURCE_CHANGED: &str = "bearer_reload_source_changed_seconds";
+const EXPIRY: &str = "bearer_reload_token_expiry_timestamp_seconds";
+const ISSUED: &str = "bearer_reload_token_issued_timestamp_seconds";
+const SOURCE_CHANGED: &str = "bearer_reload_source_changed_timestamp_seconds";
 const WATCH_STATE: &str = "bearer_reload_watch_state";
 const GENERATION: &str = "bearer_reload_generation";
 const STALLED: &str = "bearer_reload_rotation_stalled";
+
+/// The watch states, as the `state` label spells them.
+pub(crate) const WATCH_STATES: [&str; 4] = ["active", "degraded", "off", "stopped"];
 
 /// Describes every series to the installed recorder (once is enough; called for each
 /// store, as recorders may be installed late).
@@ -90,19 +83,19 @@ pub(crate) fn describe() {
         "Requests that kept their own Authorization header."
     );
     describe_gauge!(
-        EXPIRES_IN,
+        EXPIRY,
         ::metrics::Unit::Seconds,
-        "Seconds until the token in use expires."
+        "When the token in use expires, as a Unix timestamp."
     );
     describe_gauge!(
-        TOKEN_AGE,
+        ISSUED,
         ::metrics::Unit::Seconds,
-        "Seconds since the token in use was issued."
+        "When the token in use was issued, as a Unix timestamp."
     );
     describe_gauge!(
         SOURCE_CHANGED,
         ::metrics::Unit::Seconds,
-        "Seconds since a read of the source last found a new token."
+        "When a read of the source last found a new token, as a Unix timestamp."
     );
     describe_gauge!(
         WATCH_STATE,
@@ -133,7 +126,7 @@ pub(crate) fn kept_authorization(source: &Arc<str>) {
 }
 
 pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
-    for s in ["active", "degraded", "off"] {
+    for s in WATCH_STATES {
         let value = if s == state { 1.0 } else { 0.0 };
         gauge!(WATCH_STATE, "source" => source.clone(), "state" => s).set(value);
     }
@@ -142,10 +135,18 @@ pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
 /// The gauges that follow the token in use.
 pub(crate) struct TokenGauges {
     pub(crate) generation: u64,
-    pub(crate) expires_in: Option<f64>,
-    pub(crate) age: f64,
-    pub(crate) source_changed: f64,
+    pub(crate) expires_at: Option<SystemTime>,
+    pub(crate) issued_at: SystemTime,
+    pub(crate) changed_at: SystemTime,
     pub(crate) stalled: bool,
+}
+
+/// Seconds since the Unix epoch, negative before it.
+fn timestamp(at: SystemTime) -> f64 {
+    match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
 }
 
 pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
@@ -153,11 +154,11 @@ pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
     // Precision loss past 2^53 generations is of no concern.
     #[allow(clippy::cast_precision_loss)]
     gauge!(GENERATION, "source" => label()).set(g.generation as f64);
-    if let Some(expires_in) = g.expires_in {
-        gauge!(EXPIRES_IN, "source" => label()).set(expires_in);
+    if let Some(expires_at) = g.expires_at {
+        gauge!(EXPIRY, "source" => label()).set(timestamp(expires_at));
     }
-    gauge!(TOKEN_AGE, "source" => label()).set(g.age);
-    gauge!(SOURCE_CHANGED, "source" => label()).set(g.source_changed);
+    gauge!(ISSUED, "source" => label()).set(timestamp(g.issued_at));
+    gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
     gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
 }
 

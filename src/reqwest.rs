@@ -3,24 +3,22 @@
 //! refuses it.
 //!
 //! The middleware does for `reqwest` what [`BearerLayer`](crate::BearerLayer) does for tower
-//! clients, from the same [`TokenStore`] and with the same 401 logic:
+//! clients, from the same [`TokenStore`], with the same options and the same 401 code:
 //!
 //! - every request gets `Authorization: Bearer <token>` (a sensitive header value), unless
 //!   it has its own `Authorization` (set with `bearer_auth`, say), which is left alone
 //!   unless [`overwrite_existing`](BearerMiddleware::overwrite_existing) is asked for;
 //! - an HTTP 401 to a request that carried the store's token reloads the token for the
 //!   requests that follow (one read per burst of 401s, at most one a second while a token
-//!   keeps being refused; none when the store already holds a newer token);
+//!   keeps being refused; none when the store already holds a newer token), and the
+//!   requests sent while that reload runs wait for it rather than carry the refused token;
 //! - with [`retry_unauthorized`](BearerMiddleware::retry_unauthorized), the refused request
 //!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy
 //!   it (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
 //!   back, after the reload has started). Before the second attempt, the 401's body is
-//!   read and dropped (up to [`DRAIN_LIMIT`] bytes, for at most [`DRAIN_TIME`]), as the
-//!   tower layer does: an HTTP/1 connection is reused, and an HTTP/2 stream ends without a
-//!   reset (see [`layer::retry`](crate::layer::retry)).
+//!   read and dropped (at most 8 KiB for at most 50 ms), as the tower layer does: an HTTP/1
+//!   connection is reused, and an HTTP/2 stream ends without a reset.
 //!
-//! [`DRAIN_LIMIT`]: crate::layer::retry::DRAIN_LIMIT
-//! [`DRAIN_TIME`]: crate::layer::retry::DRAIN_TIME
 //! [`reqwest::Request::try_clone`]: https://docs.rs/reqwest/0.13/reqwest/struct.Request.html#method.try_clone
 //!
 //! reqwest follows redirects inside the client, below the middleware, and removes
@@ -33,15 +31,15 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use bearer_reload::TokenFile;
+//! use bearer_reload::TokenStore;
 //! use bearer_reload::reqwest::BearerMiddleware;
+//! use bearer_reload::source::FileSource;
 //!
 //! rustls::crypto::ring::default_provider()
 //!     .install_default()
 //!     .expect("no other provider installed yet");
-//! let store = TokenFile::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
-//!     .load()
-//!     .await?;
+//! let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+//! let store = TokenStore::builder(FileSource::new(path)).load().await?;
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(BearerMiddleware::new(store).retry_unauthorized())
 //!     .build();
@@ -49,13 +47,13 @@
 //! # let _ = response; Ok(()) }
 //! ```
 
-use ::reqwest::{Request, Response, StatusCode};
+use ::reqwest::{Body, Request, Response, StatusCode};
+use http::Extensions;
 use http::header::AUTHORIZATION;
-use http::{Extensions, HeaderMap};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::layer::retry::{DRAIN_TIME, drained};
-use crate::store::{RetryOutcome, TokenStore};
+use crate::layer::refused::{AfterRefusal, Refused};
+use crate::store::TokenStore;
 
 /// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,8 +102,8 @@ impl BearerMiddleware {
         self
     }
 
-    /// On a 401, reload the token and send the request once more with the new one, if the
-    /// request can be copied and the token changed.
+    /// On a 401, also send the request once more with the new token, if the request can be
+    /// copied and the token changed.
     pub fn retry_unauthorized(mut self) -> Self {
         self.on_unauthorized = OnUnauthorized::Retry;
         self
@@ -118,13 +116,23 @@ impl BearerMiddleware {
 
     /// Sets the header unless the request has its own and it is kept. Returns the
     /// generation of the token it set.
-    fn authorize(&self, headers: &mut HeaderMap) -> Option<u64> {
-        if self.own_header == OwnHeader::Keep && headers.contains_key(AUTHORIZATION) {
+    fn authorize(&self, req: &mut Request) -> Option<u64> {
+        if self.own_header == OwnHeader::Keep && req.headers().contains_key(AUTHORIZATION) {
+            self.store.count_kept_authorization();
             return None;
         }
         let token = self.store.current();
-        headers.insert(AUTHORIZATION, token.header_value().clone());
+        req.headers_mut()
+            .insert(AUTHORIZATION, token.header_value().clone());
         Some(token.generation())
+    }
+}
+
+impl Refused for Response {
+    type Body = Body;
+
+    fn into_body(self) -> Body {
+        Body::from(self)
     }
 }
 
@@ -136,7 +144,8 @@ impl Middleware for BearerMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response> {
-        let Some(sent) = self.authorize(req.headers_mut()) else {
+        self.store.settle().await;
+        let Some(sent) = self.authorize(&mut req) else {
             // Only our own token is ours to refresh.
             return next.run(req, extensions).await;
         };
@@ -155,34 +164,18 @@ impl Middleware for BearerMiddleware {
             self.store.reload_after_unauthorized(sent);
             return Ok(response);
         };
-        if self.store.refresh_after_unauthorized(sent).await.is_none() {
+        let after = AfterRefusal::new(self.store.clone(), sent, response);
+        let mut after = std::pin::pin!(after);
+        if let Err(response) =
+            std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
+        {
             // The same token would be refused again.
             return Ok(response);
         }
-        drain(http::Response::from(response).into_body()).await;
-        // The newest token now: the drain may have outlasted another rotation.
-        let token = self.store.current();
-        replay
-            .headers_mut()
-            .insert(AUTHORIZATION, token.header_value().clone());
-        self.store.count_retry(RetryOutcome::Sent);
+        self.store.resend(replay.headers_mut());
         let response = next.run(replay, extensions).await?;
         self.store
-            .count_retry(if response.status() == StatusCode::UNAUTHORIZED {
-                RetryOutcome::Refused
-            } else {
-                RetryOutcome::Succeeded
-            });
+            .count_resent(response.status() == StatusCode::UNAUTHORIZED);
         Ok(response)
     }
-}
-
-/// Reads a refused response's `body` away as the tower retry does, then yields once so that
-/// the connection's own task can put it back in the pool before the retry asks for one.
-async fn drain<B: http_body::Body>(body: B) {
-    let mut body = std::pin::pin!(body);
-    let mut deadline = std::pin::pin!(tokio::time::sleep(DRAIN_TIME));
-    let mut read = 0;
-    std::future::poll_fn(|cx| drained(body.as_mut(), &mut read, deadline.as_mut(), cx)).await;
-    tokio::task::yield_now().await;
 }

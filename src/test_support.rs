@@ -10,6 +10,11 @@ use crate::sync::lock;
 mod script;
 pub(crate) use script::write_script;
 
+// The plain writers, likewise.
+#[path = "../tests/support/writers.rs"]
+#[allow(dead_code, unreachable_pub)]
+pub(crate) mod writers;
+
 /// How long a test waits for an event before it fails.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 
@@ -79,7 +84,7 @@ pub(crate) async fn wait_for_token(store: &crate::TokenStore, token: &str) {
 /// A store holding "old", timer off, whose source now says "new": the next read rotates.
 pub(crate) async fn rotated_store() -> crate::TokenStore {
     let file = Arc::new(Mutex::new("old"));
-    let store = crate::TokenLoader::new("test", {
+    let store = crate::test_support::loader("test", {
         let file = file.clone();
         move || {
             let token = lock(&file).as_bytes().to_vec();
@@ -92,4 +97,26 @@ pub(crate) async fn rotated_store() -> crate::TokenStore {
     .unwrap();
     *lock(&file) = "new";
     store
+}
+
+/// A builder of a store on the file at `path`.
+pub(crate) fn file(path: impl Into<std::path::PathBuf>) -> crate::StoreBuilder {
+    crate::TokenStore::builder(crate::source::FileSource::new(path))
+}
+
+/// A builder of a store on a closure named `name`.
+pub(crate) fn loader<F, Fut, E>(name: impl Into<String>, load: F) -> crate::StoreBuilder
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<u8>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    crate::TokenStore::builder(crate::source::FnSource::new(name, load))
+}
+
+/// Polls `future` once, without a task to wake: whether it is ready now.
+pub(crate) fn poll_once<F: std::future::Future>(
+    future: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
 }

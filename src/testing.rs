@@ -1,22 +1,20 @@
-//! Token writers for tests (feature `testing`): rotate a token file the way real writers
-//! do, and check that your application follows.
+//! A kubelet-faithful token writer for tests (feature `testing`): rotate a token file the
+//! way the kubelet does, and check that your application follows.
 //!
 //! [`ProjectedTokenDir`] reproduces the kubelet's `AtomicWriter`, the writer behind every
-//! projected service-account token, secret and config map volume, step by step. The plain
-//! functions reproduce the other common styles: [`rename_over`] (editors, `mv`, most
-//! agents), [`truncate_and_write`] (`echo > file`, naive writers) and [`write_in_chunks`]
-//! (a slow writer whose half-written file a reader can see).
+//! projected service-account token, secret and config map volume, step by step.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use bearer_reload::TokenFile;
+//! use bearer_reload::TokenStore;
+//! use bearer_reload::source::FileSource;
 //! use bearer_reload::testing::ProjectedTokenDir;
 //!
 //! let tmp = tempfile::tempdir()?;
 //! let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), "first")?;
-//! let store = TokenFile::new(volume.token_path()).load().await?;
+//! let store = TokenStore::builder(FileSource::new(volume.token_path())).load().await?;
 //! let mut generations = store.subscribe();
 //!
 //! volume.rotate("second")?;
@@ -29,8 +27,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The symlink to the current timestamped directory.
 const DATA_DIR: &str = "..data";
@@ -159,7 +156,7 @@ impl ProjectedTokenDir {
 
     /// The user-visible file, `<dir>/token` (or the name given to
     /// [`create_named`](Self::create_named)): the path to give
-    /// [`TokenFile::new`](crate::TokenFile::new).
+    /// [`FileSource::new`](crate::source::FileSource::new).
     pub fn token_path(&self) -> PathBuf {
         self.dir.join(&self.file_name)
     }
@@ -177,15 +174,16 @@ impl ProjectedTokenDir {
     /// Creates `..YYYY_MM_DD_HH_MM_SS.<digits>` like Go's `os.MkdirTemp`: mode 0700, then
     /// 0755 whatever the umask.
     fn new_timestamp_dir(&self) -> io::Result<PathBuf> {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
         let prefix = timestamp_prefix(SystemTime::now());
+        let mut taken = 0;
         loop {
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .subsec_nanos();
-            let suffix =
-                nanos.wrapping_add(COUNTER.fetch_add(7919, Ordering::Relaxed)) % 1_000_000_000;
+            // Two rotations within one clock tick: the next number.
+            let suffix = (nanos + taken) % 1_000_000_000;
+            taken += 1;
             let path = self.dir.join(format!("{prefix}{suffix:09}"));
             match fs::DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {
@@ -203,83 +201,6 @@ impl ProjectedTokenDir {
 fn timestamp_prefix(at: SystemTime) -> String {
     let at = jiff::Timestamp::try_from(at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     at.strftime("..%Y_%m_%d_%H_%M_%S.").to_string()
-}
-
-/// Replaces `path` the way editors, `mv` and most agents do: writes the bytes to a
-/// temporary file in the same directory, then renames it over `path`.
-///
-/// A reader sees the old file or the new one, never a mix; a watch on `path` itself stays
-/// on the old, now unlinked, inode.
-pub fn rename_over(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> io::Result<()> {
-    let path = path.as_ref();
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    fs::write(&tmp, bytes)?;
-    fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = fs::remove_file(&tmp);
-    })
-}
-
-/// Rewrites `path` in place: opens it with `O_TRUNC` (creating it if needed), then writes.
-///
-/// Between the two a reader sees an empty file.
-pub fn truncate_and_write(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> io::Result<()> {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
-    f.write_all(bytes.as_ref())
-}
-
-/// Rewrites `path` in place in two writes with a `pause` between them, as a slow writer
-/// does: during the pause a reader sees an empty file, then `first` alone.
-///
-/// Blocks the calling thread for `pause`: from async code, call it in
-/// `tokio::task::spawn_blocking`.
-pub fn write_in_chunks(
-    path: impl AsRef<Path>,
-    first: impl AsRef<[u8]>,
-    pause: Duration,
-    rest: impl AsRef<[u8]>,
-) -> io::Result<()> {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
-    f.write_all(first.as_ref())?;
-    std::thread::sleep(pause);
-    f.write_all(rest.as_ref())
-}
-
-/// Counts of the process-wide directory watcher registry (for this crate's own tests).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WatchRegistry {
-    /// Directories the watcher holds a watch for.
-    pub directories: usize,
-    /// Stores subscribed (each to the names of its file's symlink chain).
-    pub subscribers: usize,
-    /// Whether the process's one `notify` watcher (an inotify instance) exists.
-    pub watcher: bool,
-}
-
-/// The process-wide directory watcher registry's counts (for this crate's own tests).
-#[doc(hidden)]
-pub fn watch_registry() -> WatchRegistry {
-    let stats = crate::refresh::registry::stats();
-    WatchRegistry {
-        directories: stats.directories,
-        subscribers: stats.subscribers,
-        watcher: stats.watcher,
-    }
 }
 
 #[cfg(test)]
@@ -373,28 +294,12 @@ mod tests {
 
     #[test]
     fn timestamps_are_utc_in_the_go_layout() {
-        let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
+        let at = |secs| UNIX_EPOCH + std::time::Duration::from_secs(secs);
         assert_eq!(timestamp_prefix(at(0)), "..1970_01_01_00_00_00.");
         assert_eq!(
             timestamp_prefix(at(1_795_953_600)),
             "..2026_11_29_12_00_00."
         );
         assert_eq!(timestamp_prefix(at(951_868_799)), "..2000_02_29_23_59_59.");
-    }
-
-    #[test]
-    fn plain_writers() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("token");
-        rename_over(&path, "a").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"a");
-        rename_over(&path, "b").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"b");
-        assert_eq!(entries(tmp.path()), ["token"], "no temporary file left");
-        truncate_and_write(&path, "longer-token").unwrap();
-        truncate_and_write(&path, "c").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"c");
-        write_in_chunks(&path, "de", Duration::from_millis(1), "f").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"def");
     }
 }

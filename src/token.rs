@@ -14,20 +14,20 @@
 //!   valid opaque bearer token, just without claims.
 //!
 //! ```
-//! use bearer_reload::token::{Token, TokenError, TokenKind, DEFAULT_MAX_SIZE};
+//! use bearer_reload::token::{Token, TokenError, TokenKind};
 //!
 //! // `echo $TOKEN > file` leaves a newline: it is trimmed.
-//! let token = Token::parse(b"abc.def\n", DEFAULT_MAX_SIZE).unwrap();
+//! let token = Token::parse(b"abc.def\n").unwrap();
 //! assert_eq!(token.header_value().as_bytes(), b"Bearer abc.def");
 //! assert!(token.header_value().is_sensitive());
 //! assert!(!format!("{token:?}").contains("abc.def"));
 //!
 //! // A control byte inside the token is an error that says where, not what the token is.
-//! let err = Token::parse(b"abc\x07def", DEFAULT_MAX_SIZE).unwrap_err();
+//! let err = Token::parse(b"abc\x07def").unwrap_err();
 //! assert_eq!(err, TokenError::InvalidByte { offset: 3 });
 //!
 //! // A bootstrap token shows its id, never its secret.
-//! let token = Token::parse(b"07401b.f395accd246ae52d", DEFAULT_MAX_SIZE).unwrap();
+//! let token = Token::parse(b"07401b.f395accd246ae52d").unwrap();
 //! assert_eq!(token.kind(), &TokenKind::Bootstrap { id: "07401b".into() });
 //! let shown = format!("{token} {token:?}");
 //! assert!(shown.contains("07401b") && !shown.contains("f395accd246ae52d"));
@@ -43,10 +43,10 @@ use crate::clock::Rfc3339;
 
 pub(crate) mod claims;
 
-pub use claims::{Claims, Freshness, KubernetesClaims};
+pub use claims::{Claims, Freshness};
 
 /// The default cap on the size of a token, in bytes as the source gives them: 64 KiB.
-pub const DEFAULT_MAX_SIZE: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_SIZE: usize = 64 * 1024;
 
 const PREFIX: &[u8] = b"Bearer ";
 
@@ -117,9 +117,9 @@ impl fmt::Debug for Fingerprint {
 /// What a token is, as far as can be told without verifying it. Holds no secret.
 ///
 /// ```
-/// use bearer_reload::token::{DEFAULT_MAX_SIZE, Token, TokenKind};
+/// use bearer_reload::token::{Token, TokenKind};
 ///
-/// let kind = |t: &str| Token::parse(t.as_bytes(), DEFAULT_MAX_SIZE).unwrap().kind().clone();
+/// let kind = |t: &str| Token::parse(t.as_bytes()).unwrap().kind().clone();
 /// assert_eq!(kind("abcdef.0123456789abcdef"), TokenKind::Bootstrap { id: "abcdef".into() });
 /// // Not quite a bootstrap token (upper case), nor a JWT (the parts are not JSON).
 /// assert_eq!(kind("ABCDEF.0123456789abcdef"), TokenKind::Opaque);
@@ -182,7 +182,8 @@ fn bootstrap_id(token: &str) -> Option<&str> {
 /// A validated bearer token, held as a prebuilt sensitive `Authorization` header value.
 ///
 /// Built by [`Token::parse`]; the [`TokenStore`](crate::TokenStore) gives it a generation
-/// when it installs it.
+/// when it installs it, and [`TokenStore::current`](crate::TokenStore::current) hands it
+/// out.
 #[derive(Clone)]
 pub struct Token {
     header: HeaderValue,
@@ -198,11 +199,17 @@ pub struct Token {
 
 impl Token {
     /// Validates `bytes` as a token: trims leading and trailing ASCII whitespace, then
-    /// requires at least one byte, only visible ASCII, and at most `max_size` input bytes.
+    /// requires at least one byte, only visible ASCII, and at most 64 KiB of input (a
+    /// store's cap is [`max_size`](crate::StoreBuilder::max_size)).
     ///
     /// Also tells the token's [`kind`](Token::kind). A token that looks like a JWT but does
     /// not decode is accepted as opaque: only the server can say whether it is valid.
-    pub fn parse(bytes: &[u8], max_size: usize) -> Result<Self, TokenError> {
+    pub fn parse(bytes: &[u8]) -> Result<Self, TokenError> {
+        Self::parse_capped(bytes, DEFAULT_MAX_SIZE)
+    }
+
+    /// [`parse`](Self::parse) with a cap of `max_size` input bytes.
+    pub(crate) fn parse_capped(bytes: &[u8], max_size: usize) -> Result<Self, TokenError> {
         if bytes.len() > max_size {
             return Err(TokenError::TooLarge { max: max_size });
         }
@@ -346,7 +353,7 @@ impl fmt::Debug for Token {
                 if let Some(exp) = claims.exp {
                     d.field("exp", &Rfc3339(exp));
                 }
-                if let Some(warnafter) = claims.warnafter() {
+                if let Some(warnafter) = claims.warnafter {
                     d.field("warnafter", &Rfc3339(warnafter));
                 }
             }

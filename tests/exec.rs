@@ -9,12 +9,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bearer_reload::kube::{ClientOptions, ReloadingClient, client_with};
+use bearer_reload::kube::{client, client_with, token_store};
 use bearer_reload::source::ExecError;
-use bearer_reload::{LoadError, Options, Reloaded, StoreBuilder, TokenStore};
+use bearer_reload::{LoadError, StoreBuilder, TokenStore};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::{Api, Client, Config};
+use support::chain;
 use support::exec_plugin::{Plugin, process_gone};
 use support::kube_api::KubeApi;
 
@@ -30,14 +31,22 @@ async fn config_for(plugin: &Plugin, server: &KubeApi) -> Config {
     support::kube_config(&plugin.kubeconfig(server, NS)).await
 }
 
-/// A client built by `bearer_reload::kube` with `options`, and its store.
+/// A client built by `bearer_reload::kube` on a store built with `options`, and the store.
 async fn reloading(
     config: Config,
-    options: impl Into<ClientOptions>,
+    options: impl FnOnce(StoreBuilder) -> StoreBuilder,
 ) -> (Api<ConfigMap>, TokenStore) {
-    let ReloadingClient { client, store, .. } = client_with(config, options).await.unwrap();
-    let store = store.expect("an exec config has a store");
+    let builder = token_store(&config)
+        .unwrap()
+        .expect("an exec config has a store");
+    let store = options(builder).load().await.unwrap();
+    let client = client_with(config, store.clone()).unwrap();
     (Api::default_namespaced(client), store)
+}
+
+/// The defaults.
+fn defaults(builder: StoreBuilder) -> StoreBuilder {
+    builder
 }
 
 async fn list(api: &Api<ConfigMap>) -> Result<(), kube::Error> {
@@ -59,7 +68,7 @@ async fn the_plugin_runs_before_the_token_expires_without_a_single_401() {
     let expires = loaded + Duration::from_secs(10);
     plugin.issue("one", Some(expires));
     server.accept_only("one");
-    let (api, store) = reloading(config_for(&plugin, &server).await, Options::new()).await;
+    let (api, store) = reloading(config_for(&plugin, &server).await, defaults).await;
     assert_eq!(plugin.runs(), 1, "one run per client build");
     list(&api).await.unwrap();
 
@@ -86,7 +95,7 @@ async fn the_plugin_runs_before_the_token_expires_without_a_single_401() {
         0,
         "the timer was first: no request was refused"
     );
-    assert_eq!(store.status().unauthorized.seen, 0);
+    assert_eq!(store.status().unauthorized, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +106,7 @@ async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_nev
         plugin.issue("one", None);
     }
     server.accept_only("one");
-    let (api, store) = reloading(config_for(&ours, &server).await, Options::new()).await;
+    let (api, store) = reloading(config_for(&ours, &server).await, defaults).await;
     let kube_client = Client::try_from(config_for(&theirs, &server).await).unwrap();
     let kube_api: Api<ConfigMap> = Api::default_namespaced(kube_client);
     let kube_build_runs = theirs.runs();
@@ -105,9 +114,9 @@ async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_nev
     list(&api).await.unwrap();
     list(&kube_api).await.unwrap();
 
-    // A second client of the same config shares the store: no run at all.
-    let (_again, again_store) = reloading(config_for(&ours, &server).await, Options::new()).await;
-    assert!(again_store.ptr_eq(&store));
+    // A second client given the same store: no run at all.
+    let again = client_with(config_for(&ours, &server).await, store.clone()).unwrap();
+    list(&Api::default_namespaced(again)).await.unwrap();
     assert_eq!(ours.runs(), 1);
 
     // The plugin's token rotates and the server revokes the old one at once.
@@ -121,13 +130,7 @@ async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_nev
     assert_eq!(ours.runs(), 2);
     assert_eq!(store.generation(), 2);
     let status = store.status();
-    assert_eq!(
-        (
-            status.unauthorized.seen,
-            status.unauthorized.retries_succeeded
-        ),
-        (1, 1)
-    );
+    assert_eq!((status.unauthorized, status.retries_succeeded), (1, 1));
     list(&api).await.unwrap();
 
     // kube's own: the token without an expiry is a static header; the 401 goes back and
@@ -144,13 +147,13 @@ async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_nev
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_concurrent_401s_run_the_plugin_once() {
+async fn a_burst_through_a_revoking_rotation_runs_the_plugin_once_and_every_request_succeeds() {
     let server = KubeApi::start().await;
     let plugin = Plugin::new();
     plugin.issue("one", None);
     server.accept_only("one");
     // The burst crosses TLS handshakes on a busy debug build: give "one burst" room.
-    let options = Options::new().unauthorized_reload_interval(Duration::from_secs(10));
+    let options = |b: StoreBuilder| b.unauthorized_reload_interval(Duration::from_secs(10));
     let (api, store) = reloading(config_for(&plugin, &server).await, options).await;
     let api = Arc::new(api);
     let burst = |api: Arc<Api<ConfigMap>>| {
@@ -171,20 +174,28 @@ async fn a_hundred_concurrent_401s_run_the_plugin_once() {
     server.accept_only("two");
     let before = server.requests();
     let tasks = burst(api.clone());
-    // All 100 are refused while the one run they started is held.
-    server.wait_requests(before + 100, DEADLINE).await;
+    // The first refusal starts the one run, held here. The requests already on the wire
+    // meet their 401 too; those not sent yet wait for the run at readiness instead of
+    // carrying the refused token.
     plugin.wait_runs(2, DEADLINE).await;
-    assert_eq!(server.refused(), 100);
+    server.wait_requests(before + 1, DEADLINE).await;
     plugin.release();
     for task in tasks {
         task.await.unwrap().unwrap();
     }
     assert_eq!(plugin.runs(), 2, "load + one run for the whole burst");
     let status = store.status();
-    assert_eq!(status.unauthorized.seen, 100);
-    assert_eq!(status.unauthorized.reloads, 1);
-    assert_eq!(status.unauthorized.retries_succeeded, 100);
-    assert_eq!(server.refused(), 100, "every retry carried the new token");
+    let refused = server.refused() as u64;
+    assert!((1..=100).contains(&refused), "{refused}");
+    assert_eq!(status.unauthorized, refused);
+    assert_eq!(status.unauthorized_reloads, 1);
+    // Each refused request was sent once more, with the new token; the others once.
+    assert_eq!(status.retries_succeeded, refused);
+    assert_eq!(server.requests() - before, 100 + refused);
+    eprintln!(
+        "burst of 100: {refused} met a 401, {} waited for the run",
+        100 - refused
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +204,7 @@ async fn a_slow_plugin_never_blocks_requests_that_have_a_valid_token() {
     let plugin = Plugin::new();
     plugin.issue("one", None);
     server.accept_only("one");
-    let (api, store) = reloading(config_for(&plugin, &server).await, Options::new()).await;
+    let (api, store) = reloading(config_for(&plugin, &server).await, defaults).await;
 
     plugin.hold();
     let reload = tokio::spawn({
@@ -218,7 +229,7 @@ async fn a_slow_plugin_never_blocks_requests_that_have_a_valid_token() {
     server.accept_also("two");
     plugin.release();
     let reloaded = within(reload).await.unwrap().unwrap();
-    assert_eq!(reloaded, Reloaded::Rotated { from: 1, to: 2 });
+    assert_eq!(reloaded.generation(), 2);
     server.accept_only("two");
     list(&api).await.unwrap();
     assert_eq!(server.refused(), 0);
@@ -230,16 +241,17 @@ async fn a_failing_plugin_keeps_the_last_good_token() {
     let plugin = Plugin::new();
     plugin.issue("one", None);
     server.accept_only("one");
-    let (api, store) = reloading(config_for(&plugin, &server).await, Options::new()).await;
+    let (api, store) = reloading(config_for(&plugin, &server).await, defaults).await;
     let command = plugin.command().display().to_string();
 
     let secret = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJib2IifQ.c2lnbmF0dXJlNDU2";
     plugin.fail(&format!("error: refresh token {secret} was revoked\n"));
     let err = store.reload().await.unwrap_err();
     assert_eq!(
-        err.to_string(),
+        chain(&err),
         format!(
-            "exec plugin {command} exited with status 1; stderr: error: refresh token [redacted] was revoked"
+            "cannot fetch a token from exec plugin {command}: the plugin exited with status 1; \
+             stderr: error: refresh token [redacted] was revoked"
         )
     );
     assert!(matches!(err.downcast_ref(), Some(ExecError::Exit { .. })));
@@ -263,25 +275,24 @@ async fn a_failing_plugin_keeps_the_last_good_token() {
     ];
     for (output, reason) in bad {
         plugin.print(output);
-        let msg = store.reload().await.unwrap_err().to_string();
+        let msg = chain(&store.reload().await.unwrap_err());
         assert!(
-            msg.starts_with(&format!("exec plugin {command} ")) && msg.contains(reason),
+            msg.starts_with(&format!(
+                "cannot fetch a token from exec plugin {command}: "
+            )) && msg.contains(reason),
             "{msg}"
         );
     }
     let status = store.status();
     assert_eq!((status.generation, status.failures), (1, 5));
-    let last = status.last_error.unwrap().to_string();
+    let last = chain(&status.last_error.unwrap());
     assert!(last.contains("apiVersion"), "{last}");
     assert!(!format!("{:?}", store.status()).contains(secret));
     list(&api).await.unwrap();
     assert!(server.tokens().iter().all(|t| t == "one"));
 
     plugin.issue("two", None);
-    assert_eq!(
-        store.reload().await.unwrap(),
-        Reloaded::Rotated { from: 1, to: 2 }
-    );
+    assert_eq!(store.reload().await.unwrap().generation(), 2);
     assert!(store.status().last_error.is_none());
 }
 
@@ -291,7 +302,7 @@ async fn a_hung_plugin_times_out_is_killed_and_holds_nothing_up() {
     let plugin = Plugin::new();
     plugin.issue("one", None);
     server.accept_only("one");
-    let options = Options::new().read_timeout(Duration::from_secs(1));
+    let options = |b: StoreBuilder| b.fetch_timeout(Duration::from_secs(1));
     let (api, store) = reloading(config_for(&plugin, &server).await, options).await;
 
     plugin.hang();
@@ -320,10 +331,7 @@ async fn a_hung_plugin_times_out_is_killed_and_holds_nothing_up() {
     plugin.unhang();
     plugin.issue("two", None);
     server.accept_also("two");
-    assert_eq!(
-        within(store.reload()).await.unwrap(),
-        Reloaded::Rotated { from: 1, to: 2 }
-    );
+    assert_eq!(within(store.reload()).await.unwrap().generation(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,10 +341,7 @@ async fn a_store_built_by_hand_runs_a_plugin_too() {
         "by-hand",
         Some(SystemTime::now() + Duration::from_secs(3600)),
     );
-    let store = StoreBuilder::from_source(plugin.source())
-        .load()
-        .await
-        .unwrap();
+    let store = TokenStore::builder(plugin.source()).load().await.unwrap();
     assert_eq!(store.current().header_value(), "Bearer by-hand");
     let status = store.status();
     assert!(status.expires_at.is_some());
@@ -362,12 +367,23 @@ async fn a_plugin_that_returns_a_client_certificate_gets_kubes_own_client() {
     });
     plugin.print(&credential.to_string());
     let config = config_for(&plugin, &server).await;
-    let built = client_with(config, Options::new()).await.unwrap();
-    assert!(built.store.is_none(), "kube's own client");
+    let err = token_store(&config)
+        .unwrap()
+        .unwrap()
+        .load()
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err.downcast_ref(),
+        Some(ExecError::ClientCertificate { .. })
+    ));
+    let runs = plugin.runs();
+    let kube_client = client(config).await.unwrap();
     assert!(
-        plugin.runs() >= 2,
-        "ours ran once and refused it; kube ran it for its client"
+        plugin.runs() > runs,
+        "ours ran once and refused it; kube ran it for its own client"
     );
+    drop(kube_client);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,9 +393,49 @@ async fn a_plugin_that_is_not_installed_fails_the_build_with_its_install_hint() 
     let mut config = config_for(&plugin, &server).await;
     let exec = config.auth_info.exec.as_mut().unwrap();
     exec.command = Some("/nonexistent/kubectl-oidc_login".into());
-    let err = client_with(config, Options::new()).await.unwrap_err();
+    let Err(err) = client(config).await else {
+        panic!("a missing plugin must fail");
+    };
     assert_eq!(
-        err.to_string(),
-        "exec plugin /nonexistent/kubectl-oidc_login not found; the test writes this plugin"
+        chain(&err),
+        "cannot fetch a token from exec plugin /nonexistent/kubectl-oidc_login: the command \
+         was not found; the test writes this plugin"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_wrapper_is_ended_with_the_children_it_started() {
+    use bearer_reload::source::ExecSource;
+    use bearer_reload::source::exec::InteractiveMode;
+    // A wrapper without `exec`: it starts the real helper in the background and waits for
+    // it, as `sh -c 'helper & wait'` does. Killing the wrapper alone would leave the
+    // helper running, holding the plugin's output open.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let wrapper = dir.path().join("wrapper");
+    support::script::write_script(
+        &wrapper,
+        &format!("echo $$ > '{d}/wrapper.pid'\nsleep 600 &\necho $! > '{d}/helper.pid'\nwait"),
+    );
+    let source = ExecSource::new(&wrapper).interactive_mode(InteractiveMode::Never);
+    let err = TokenStore::builder(source)
+        .fetch_timeout(Duration::from_millis(500))
+        .load()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LoadError::Timeout { .. }), "{err:?}");
+    let pid = |name: &str| -> u32 {
+        let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        text.trim().parse().unwrap()
+    };
+    for (what, pid) in [
+        ("wrapper", pid("wrapper.pid")),
+        ("helper", pid("helper.pid")),
+    ] {
+        let until = Instant::now() + DEADLINE;
+        while !process_gone(pid) {
+            assert!(Instant::now() < until, "the {what} ({pid}) still runs");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }

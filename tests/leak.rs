@@ -1,14 +1,17 @@
 //! Dropping a store stops everything it started: 1000 stores with watchers and timers,
-//! created and dropped, leave the process with the file descriptors, threads and watcher
-//! registry it had before. Alone in its binary, because it counts process-wide resources.
+//! created and dropped, leave the process with the file descriptors, threads and inotify
+//! watches it had before, as the kernel counts them. Alone in its binary, because it counts
+//! process-wide resources.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod support;
 
-use bearer_reload::testing::{ProjectedTokenDir, rename_over, watch_registry};
-use bearer_reload::{BearerLayer, TokenFile, TokenStore};
+use bearer_reload::testing::ProjectedTokenDir;
+use bearer_reload::{BearerLayer, TokenStore};
+use support::procfs::inotify_watches;
+use support::writers::rename_over;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -20,19 +23,14 @@ fn count(dir: &str) -> usize {
 struct Counts {
     fds: usize,
     threads: usize,
-    directories: usize,
-    subscribers: usize,
-    watcher: bool,
+    watches: usize,
 }
 
 fn counts() -> Counts {
-    let r = watch_registry();
     Counts {
         fds: count("/proc/self/fd"),
         threads: count("/proc/self/task"),
-        directories: r.directories,
-        subscribers: r.subscribers,
-        watcher: r.watcher,
+        watches: inotify_watches(),
     }
 }
 
@@ -87,10 +85,7 @@ async fn run() {
 
     // The baseline: the runtime's own threads and descriptors, nothing of ours.
     let before = counts();
-    assert_eq!(
-        (before.directories, before.subscribers, before.watcher),
-        (0, 0, false)
-    );
+    assert_eq!(before.watches, 0);
     println!("leak: before {before:?}");
 
     let start = Instant::now();
@@ -99,21 +94,17 @@ async fn run() {
         let mut stores: Vec<(usize, TokenStore)> = Vec::new();
         for i in 0..100 {
             let p = (round + i) % paths.len();
-            // Half with a timer, half with the watcher alone (each with options of its own,
-            // so that no two are one shared store).
+            // Half with a timer, half with the watcher alone.
             let timer = (i % 2 == 0).then(|| Duration::from_millis(50 + i as u64));
-            let store = TokenFile::new(&paths[p])
+            let store = support::file(&paths[p])
                 .refresh_interval(timer)
-                .max_size(4096 + i)
                 .load()
                 .await
                 .unwrap();
             stores.push((p, store));
         }
         let now = counts();
-        assert_eq!(now.directories, 10, "{now:?}");
-        assert_eq!(now.subscribers, 100, "{now:?}");
-        assert!(now.watcher);
+        assert_eq!(now.watches, 10, "one watch per directory: {now:?}");
         // Every watcher is running: a rotation in each directory reaches every store of it,
         // the watcher-only ones included.
         let mut written = Vec::new();
@@ -150,12 +141,9 @@ async fn run() {
             .collect();
         drop(stores);
         drop(layers);
-        // Each watch task leaves once it sees its store gone: the next round counts its
-        // own subscribers only.
-        support::eventually("the round's stores unsubscribed", || {
-            watch_registry().subscribers == 0
-        })
-        .await;
+        // Each watch task leaves once it sees its store gone, and the last store of a
+        // directory takes its watch with it: the next round counts its own watches only.
+        support::eventually("the round's watches removed", || inotify_watches() == 0).await;
     }
     let after = settle(before).await;
     println!(

@@ -7,8 +7,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bearer_reload::BearerLayer;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile};
 use bytes::Bytes;
 use http::{Request, StatusCode, header::AUTHORIZATION};
 use http_body_util::Empty;
@@ -53,14 +53,14 @@ async fn an_operator_scrapes_every_metric_moving_through_a_rotation() {
 
     let tmp = tempfile::tempdir().unwrap();
     let volume = ProjectedTokenDir::create(tmp.path().join("sa"), "first-token").unwrap();
-    let store = TokenFile::new(volume.token_path())
+    let store = support::file(volume.token_path())
         .name("payments")
         .load()
         .await
         .unwrap();
     let server = AuthServer::start("first-token").await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client::<Empty<Bytes>>());
     let get = || Request::get(server.url("/")).body(Empty::new()).unwrap();
 
@@ -126,7 +126,7 @@ async fn an_operator_scrapes_every_metric_moving_through_a_rotation() {
     assert!(
         after
             .text
-            .contains("# TYPE bearer_reload_token_age_seconds gauge")
+            .contains("# TYPE bearer_reload_token_issued_timestamp_seconds gauge")
     );
     // Every series is described, for the exporter's HELP lines.
     assert!(
@@ -137,13 +137,16 @@ async fn an_operator_scrapes_every_metric_moving_through_a_rotation() {
         after.text
     );
 
-    // The time gauges move by themselves (one task refreshes them every 5 s).
-    let age = |e: &Exposition| {
-        e.get(&s("bearer_reload_source_changed_seconds", ""))
-            .unwrap_or(0.0)
-    };
-    let before = age(&after);
-    scrape_until(addr, "the age gauge moving", |e| age(e) >= before + 1.0).await;
+    // The dates are Unix timestamps, set by the reads: the source changed at the rotation,
+    // a moment ago on the system clock.
+    let changed = after
+        .get(&s("bearer_reload_source_changed_timestamp_seconds", ""))
+        .expect("the source-changed timestamp");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - 60.0..=now).contains(&changed), "{changed} vs {now}");
 
     // Nothing in the exposition is a token.
     let text = scrape(addr).await.text;

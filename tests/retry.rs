@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use bearer_reload::body::ReplayBody;
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
+use bearer_reload::classify::GrpcUnauthenticated;
+use bearer_reload::{BearerLayer, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
@@ -26,7 +27,7 @@ async fn a_revoked_token_is_replaced_and_the_request_retried_once() {
     let (path, store) = quiet_store(dir.path(), "old").await;
     let server = AuthServer::start("old").await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
 
     let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
@@ -40,10 +41,10 @@ async fn a_revoked_token_is_replaced_and_the_request_retried_once() {
 
     let status = store.status();
     assert_eq!(status.reads, 2, "the initial read and one on the 401");
-    assert_eq!(status.unauthorized.seen, 1);
-    assert_eq!(status.unauthorized.reloads, 1);
-    assert_eq!(status.unauthorized.retries, 1);
-    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(status.unauthorized, 1);
+    assert_eq!(status.unauthorized_reloads, 1);
+    assert_eq!(status.retries, 1);
+    assert_eq!(status.retries_succeeded, 1);
     assert_eq!(server.seen(), ["old", "old", "new"]);
 }
 
@@ -52,7 +53,7 @@ async fn a_token_the_watcher_already_installed_is_used_without_a_read() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("token");
     std::fs::write(&path, "old").unwrap();
-    let store = TokenFile::new(&path)
+    let store = support::file(&path)
         .refresh_interval(None)
         .load()
         .await
@@ -63,7 +64,7 @@ async fn a_token_the_watcher_already_installed_is_used_without_a_read() {
     // waits until the test has rotated everything and sends the release itself.
     server.hold_until(2);
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
     let pending = tokio::spawn(client.clone().oneshot(get(&server.url("/"))));
     server.wait_requests(1, DEADLINE).await;
@@ -86,9 +87,9 @@ async fn a_token_the_watcher_already_installed_is_used_without_a_read() {
     let status = store.status();
     // (The watcher may still be reading for the write's later events: `reads` is not
     // the 401's to count.)
-    assert_eq!(status.unauthorized.reloads, 0, "no read on the 401");
-    assert_eq!(status.unauthorized.seen, 1);
-    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(status.unauthorized_reloads, 0, "no read on the 401");
+    assert_eq!(status.unauthorized, 1);
+    assert_eq!(status.retries_succeeded, 1);
     assert_eq!(server.seen(), ["old", "new", "new"]);
 }
 
@@ -98,7 +99,7 @@ async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
     let (_path, store) = quiet_store(dir.path(), "wrong").await;
     let server = AuthServer::start("right").await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
 
     let started = std::time::Instant::now();
@@ -110,10 +111,7 @@ async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let status = store.status();
-    assert_eq!(
-        status.unauthorized.retries, 0,
-        "the same token is not sent twice"
-    );
+    assert_eq!(status.retries, 0, "the same token is not sent twice");
     assert_eq!(server.requests(), requests);
     assert!(requests > 10, "the loop ran: {requests}");
     let reads = status.reads - 1;
@@ -122,7 +120,7 @@ async fn a_wrong_token_gets_its_401_back_and_at_most_one_read_a_second() {
         "{reads} reads in {elapsed:.1} s"
     );
     assert!(reads >= 1, "the first 401 reads the file");
-    assert_eq!(status.unauthorized.seen, requests);
+    assert_eq!(status.unauthorized, requests);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +130,7 @@ async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
     // No answer until all 1000 have arrived, so all are sent with the old token.
     server.hold_until(1000);
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http2_client());
     let url = server.url("/");
     let tasks: Vec<_> = (0..1000)
@@ -150,9 +148,9 @@ async fn a_thousand_concurrent_401s_share_one_read_and_all_succeed() {
     }
     let status = store.status();
     assert_eq!(status.reads, 2, "exactly one read for 1000 401s");
-    assert_eq!(status.unauthorized.seen, 1000);
-    assert_eq!(status.unauthorized.retries, 1000);
-    assert_eq!(status.unauthorized.retries_succeeded, 1000);
+    assert_eq!(status.unauthorized, 1000);
+    assert_eq!(status.retries, 1000);
+    assert_eq!(status.retries_succeeded, 1000);
     assert_eq!(server.refused(), 1000);
     assert_eq!(server.requests(), 2000);
 }
@@ -169,12 +167,12 @@ async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
     // Sent 10 ms after the headers: dropped at once, the stream would be reset before.
     server.refusal_body_after(Duration::from_millis(10));
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http2_client());
     let res = client.oneshot(get(&server.url("/"))).await.unwrap();
     assert_eq!(res.version(), http::Version::HTTP_2);
     assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(store.status().retries_succeeded, 1);
     assert_eq!(
         server.refusal_bodies_sent(),
         1,
@@ -192,7 +190,7 @@ where
     let dir = tempfile::tempdir().unwrap();
     let (store, server) = behind_a_rotation(dir.path()).await;
     let mut client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client::<B>());
     let (parts, body) = req.into_parts();
     let mut req = Request::from_parts(parts, body);
@@ -213,7 +211,7 @@ async fn a_post_body_is_replayed_identically() {
     let (res, store) = after_rotation(req).await;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["x-body-sha256"], expected.as_str());
-    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(store.status().retries_succeeded, 1);
 
     // A streamed body, 1 KiB at a time, recorded by ReplayBody as it goes out.
     let frames: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = payload
@@ -225,14 +223,14 @@ async fn a_post_body_is_replayed_identically() {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["x-body-sha256"], expected.as_str());
     assert_eq!(res.headers()["x-body-len"], "32768");
-    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(store.status().retries_succeeded, 1);
 
     // An empty body.
     let (res, store) =
         after_rotation(Request::post("/").body(Empty::<Bytes>::new()).unwrap()).await;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["x-body-sha256"], sha256_hex(b"").as_str());
-    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(store.status().retries_succeeded, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,7 +242,7 @@ async fn a_streamed_body_over_the_limit_gets_its_401_but_the_token_is_reloaded()
     let (res, store) = after_rotation(Request::post("/").body(body).unwrap()).await;
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     let status = store.status();
-    assert_eq!(status.unauthorized.retries, 0);
+    assert_eq!(status.retries, 0);
     assert_eq!(status.generation, 2, "the 401 still reloaded the token");
 }
 
@@ -257,22 +255,23 @@ async fn grpc_unauthenticated_is_retried_under_the_grpc_classifier() {
 
     // The HTTP classifier sees a 200 and lets it through.
     let plain = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http2_client());
     let res = plain.oneshot(get(&server.url("/"))).await.unwrap();
     assert_eq!(res.headers()["grpc-status"], "16");
-    assert_eq!(store.status().unauthorized.seen, 0);
+    assert_eq!(store.status().unauthorized, 0);
 
     let grpc = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::grpc())
+        .classifier(GrpcUnauthenticated)
+        .retry_unauthorized()
         .layer(http2_client());
     let res = grpc.oneshot(get(&server.url("/"))).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(res.headers().get("grpc-status").is_none());
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "ok");
     let status = store.status();
-    assert_eq!(status.unauthorized.seen, 1);
-    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(status.unauthorized, 1);
+    assert_eq!(status.retries_succeeded, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,7 +279,7 @@ async fn a_request_with_its_own_authorization_is_not_retried() {
     let dir = tempfile::tempdir().unwrap();
     let (store, server) = behind_a_rotation(dir.path()).await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
     let mut req = get(&server.url("/"));
     req.headers_mut().insert(
@@ -290,7 +289,7 @@ async fn a_request_with_its_own_authorization_is_not_retried() {
     let res = client.oneshot(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     let status = store.status();
-    assert_eq!((status.reads, status.unauthorized.seen), (1, 0));
+    assert_eq!((status.reads, status.unauthorized), (1, 0));
 }
 
 /// Rotates the token `rotations` times under a server that revokes the old one, each time
@@ -302,7 +301,7 @@ async fn connections_after_revoking_rotations(refusal_body: Bytes, rotations: us
     let server = AuthServer::start("t0").await;
     server.refusal_body(refusal_body);
     let mut client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
     for i in 1..=rotations {
         let token = format!("t{i}");
@@ -318,10 +317,7 @@ async fn connections_after_revoking_rotations(refusal_body: Bytes, rotations: us
         assert_eq!(res.status(), StatusCode::OK);
         res.into_body().collect().await.unwrap();
     }
-    assert_eq!(
-        store.status().unauthorized.retries_succeeded,
-        rotations as u64
-    );
+    assert_eq!(store.status().retries_succeeded, rotations as u64);
     server.connections()
 }
 
@@ -355,7 +351,7 @@ async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
     let token = Arc::new(Mutex::new("old"));
     let gate = Arc::new(tokio::sync::Semaphore::new(1));
     let begun = Arc::new(AtomicUsize::new(0));
-    let store = bearer_reload::TokenLoader::new("gated", {
+    let store = support::loader("gated", {
         let (token, gate, begun) = (token.clone(), gate.clone(), begun.clone());
         move || {
             let (token, gate, begun) = (token.clone(), gate.clone(), begun.clone());
@@ -374,7 +370,7 @@ async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
     let server = AuthServer::start("new").await;
     *token.lock().unwrap() = "new";
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
 
     // The caller gives up while the store re-reads its source after the 401.
@@ -407,7 +403,7 @@ async fn a_half_written_token_is_used_until_the_rest_arrives() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("token");
     std::fs::write(&path, "old-token").unwrap();
-    let store = TokenFile::new(&path)
+    let store = support::file(&path)
         .refresh_interval(None)
         .load()
         .await
@@ -415,7 +411,7 @@ async fn a_half_written_token_is_used_until_the_rest_arrives() {
     // The server knows only the whole new token: "old-token" is revoked as the write starts.
     let server = AuthServer::start("whole-new-token").await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client());
     // A slow writer: it truncates the file, writes the first half, and the rest only when
     // the test says so (its own handle, as `write_in_chunks` does with a pause).
@@ -438,7 +434,7 @@ async fn a_half_written_token_is_used_until_the_rest_arrives() {
     support::wait_for_token(&store, "whole-new").await;
     let res = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(store.status().unauthorized.reloads, 1);
+    assert_eq!(store.status().unauthorized_reloads, 1);
     // The rest is written: the write's event installs the whole token, and requests pass.
     go_on.send(()).unwrap();
     writer.await.unwrap().unwrap();

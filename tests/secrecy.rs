@@ -12,11 +12,13 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bearer_reload::body::ReplayBody;
-use bearer_reload::testing::{ProjectedTokenDir, rename_over, truncate_and_write};
-use bearer_reload::token::DEFAULT_MAX_SIZE;
-use bearer_reload::{
-    BearerLayer, RetryUnauthorized, Token, TokenError, TokenFile, TokenLoader, TokenStore,
-};
+use bearer_reload::testing::ProjectedTokenDir;
+use bearer_reload::token::TokenError;
+use bearer_reload::{BearerLayer, Token, TokenStore};
+use support::writers::{rename_over, truncate_and_write};
+
+/// The store's default cap on a token: 64 KiB.
+const DEFAULT_MAX_SIZE: usize = 64 * 1024;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
@@ -106,30 +108,18 @@ fn all_shown(out: &mut String, store: &TokenStore) {
     );
     let _ = writeln!(out, "{store:?} {store:#?} {s:?} {s:#?}");
     if let Some(e) = &s.last_error {
-        let _ = writeln!(out, "{e} {e:?} {:?}", std::error::Error::source(e));
+        let _ = writeln!(out, "{e} {e:?} {}", support::chain(e));
     }
     let layer = BearerLayer::new(store.clone());
-    let retrying = layer.clone().retry_unauthorized(RetryUnauthorized::new());
+    let retrying = layer.clone().retry_unauthorized();
     let svc = retrying.layer(tower::service_fn(|_: Request<String>| async {
         Ok::<_, std::convert::Infallible>(http::Response::new(()))
     }));
     let _ = writeln!(out, "{layer:?} {retrying:?} {svc:?} {svc:#?}");
-    let replaying = bearer_reload::body::ReplayLayer::new(
-        retrying,
-        std::convert::identity::<bearer_reload::body::ReplayBody<String>>,
-    );
-    let recorded = replaying.layer(tower::service_fn(
-        |_: Request<bearer_reload::body::ReplayBody<String>>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-        },
-    ));
     let middleware = bearer_reload::reqwest::BearerMiddleware::new(store.clone())
         .retry_unauthorized()
         .overwrite_existing();
-    let _ = writeln!(
-        out,
-        "{replaying:?} {recorded:?} {middleware:?} {middleware:#?}"
-    );
+    let _ = writeln!(out, "{middleware:?} {middleware:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +137,7 @@ async fn no_secret_is_ever_logged_or_shown() {
         secrets.add(s);
     }
     let volume = ProjectedTokenDir::create(tmp.path().join("sa"), &jwt1).unwrap();
-    let jwt_store = TokenFile::new(volume.token_path())
+    let jwt_store = support::file(volume.token_path())
         .refresh_interval(Some(Duration::from_millis(50)))
         .load()
         .await
@@ -166,7 +156,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     secrets.add(&boot);
     secrets.add(&boot[7..]);
     std::fs::write(&plain, format!("{op1}\n")).unwrap();
-    let plain_store = TokenFile::new(&plain)
+    let plain_store = support::file(&plain)
         .refresh_interval(Some(Duration::from_millis(50)))
         .unauthorized_reload_interval(Duration::from_millis(1))
         .load()
@@ -176,10 +166,10 @@ async fn no_secret_is_ever_logged_or_shown() {
     let server = AuthServer::start(&jwt1).await;
     server.accept_also(&op1);
     let jwt_client = BearerLayer::new(jwt_store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http2_client::<Full<Bytes>>());
     let plain_client = BearerLayer::new(plain_store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client::<ReplayBody<Full<Bytes>>>());
     let get = || Request::get(server.url("/")).body(Full::default()).unwrap();
     let post = || {
@@ -254,7 +244,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     let loader_secret = opaque();
     secrets.add(&loader_secret);
     let bytes = loader_secret.clone().into_bytes();
-    let loader = TokenLoader::new("vault-agent", move || {
+    let loader = support::loader("vault-agent", move || {
         let bytes = bytes.clone();
         async move { Ok::<_, std::io::Error>(bytes) }
     });
@@ -262,16 +252,16 @@ async fn no_secret_is_ever_logged_or_shown() {
     let loaded = loader.load().await.unwrap();
     all_shown(&mut shown, &loaded);
     for input in [jwt2.as_bytes(), op1.as_bytes(), boot.as_bytes()] {
-        let t = Token::parse(input, DEFAULT_MAX_SIZE).unwrap();
+        let t = Token::parse(input).unwrap();
         shown.push_str(&format!("{t:?} {t:#?} {t} {:?}\n", t.kind()));
         let mut bad = input.to_vec();
         bad.insert(12, 0);
-        let e: TokenError = Token::parse(&bad, DEFAULT_MAX_SIZE).unwrap_err();
+        let e: TokenError = Token::parse(&bad).unwrap_err();
         shown.push_str(&format!("{e} {e:?}\n"));
     }
     let body = ReplayBody::new(Full::new(Bytes::from(op1.clone())));
     shown.push_str(&format!("{body:?} {body:#?}\n"));
-    let tf = TokenFile::new(&plain);
+    let tf = support::file(&plain);
     shown.push_str(&format!("{tf:?}\n"));
 
     token_request_scenario(&mut secrets, &mut shown).await;
@@ -279,8 +269,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     drop((jwt_client, plain_client, jwt_store, plain_store, loaded));
     // Everything the stores started has ended (and logged its end) before the logs are read.
     eventually("every watch released", || {
-        let registry = bearer_reload::testing::watch_registry();
-        registry.subscribers == 0 && !registry.watcher
+        support::procfs::inotify_watches() == 0
     })
     .await;
 
@@ -310,7 +299,6 @@ async fn no_secret_is_ever_logged_or_shown() {
 /// revoked and minted again on a 401, and the API's errors. The requester's own token is a
 /// secret as well.
 async fn token_request_scenario(secrets: &mut Secrets, shown: &mut String) {
-    use bearer_reload::StoreBuilder;
     use bearer_reload::source::TokenRequestSource;
     use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -328,19 +316,17 @@ async fn token_request_scenario(secrets: &mut Secrets, shown: &mut String) {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap();
-    let cluster = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).unwrap();
     let source = |name: &str| {
-        TokenRequestSource::builder(client.clone(), &cluster)
-            .service_account(name)
+        TokenRequestSource::new(client.clone(), name)
             .audience("vault")
             .expiration(Duration::from_secs(600))
     };
-    let builder = source("payments");
-    shown.push_str(&format!("{builder:?} {builder:#?}\n"));
-    let built = builder.build().unwrap();
-    shown.push_str(&format!("{built:?}\n"));
-    let store = StoreBuilder::from_source(built).load().await.unwrap();
+    let built = source("payments");
+    shown.push_str(&format!("{built:?} {built:#?}\n"));
+    let builder = TokenStore::builder(built);
+    shown.push_str(&format!("{builder:?}\n"));
+    let store = builder.load().await.unwrap();
     let minted = |store: &TokenStore, secrets: &mut Secrets| {
         let value = store.current().header_value().to_str().unwrap()[7..].to_owned();
         secrets.add(value.rsplit('.').next().unwrap());
@@ -352,7 +338,7 @@ async fn token_request_scenario(secrets: &mut Secrets, shown: &mut String) {
     // Revoked on the service: one 401, a new TokenRequest, the request retried.
     let vault = AudienceService::start(&tokens, "vault").await;
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client::<http_body_util::Empty<Bytes>>());
     tokens.recreate_service_account("team-a", "payments");
     let get = || {
@@ -371,14 +357,20 @@ async fn token_request_scenario(secrets: &mut Secrets, shown: &mut String) {
     shown.push_str(&format!("{error} {error:?}\n"));
     all_shown(shown, &store);
     tokens.set_mode(Mode::Serve);
-    let missing = StoreBuilder::from_source(source("ghost").build().unwrap())
+    let missing = TokenStore::builder(source("ghost"))
         .load()
         .await
         .unwrap_err();
-    shown.push_str(&format!("{missing} {missing:?}\n"));
-    let invalid = source("payments")
-        .expiration(Duration::from_secs(60))
-        .build()
+    shown.push_str(&format!(
+        "{missing} {missing:?} {}\n",
+        support::chain(&missing)
+    ));
+    let invalid = TokenStore::builder(source("payments").expiration(Duration::from_secs(60)))
+        .load()
+        .await
         .unwrap_err();
-    shown.push_str(&format!("{invalid} {invalid:?}\n"));
+    shown.push_str(&format!(
+        "{invalid} {invalid:?} {}\n",
+        support::chain(&invalid)
+    ));
 }

@@ -14,12 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bearer_reload::testing::{ProjectedTokenDir, rename_over, truncate_and_write, write_in_chunks};
-use bearer_reload::{BearerLayer, RetryUnauthorized, TokenFile, TokenStore};
+use bearer_reload::testing::ProjectedTokenDir;
+use bearer_reload::{BearerLayer, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use support::server::{AuthServer, http1_client, http2_client};
+use support::writers::{rename_over, truncate_and_write, write_in_chunks};
 use tower::{Layer, ServiceExt};
 
 const CLIENTS: usize = 8;
@@ -219,7 +220,7 @@ async fn client(
     counts: Arc<Counts>,
     in_flight: Arc<InFlight>,
 ) {
-    let layer = BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::new());
+    let layer = BearerLayer::new(store.clone()).retry_unauthorized();
     let http2 = id >= CLIENTS / 2;
     let inner = if http2 {
         http2_client::<Full<Bytes>>()
@@ -299,8 +300,8 @@ async fn eight_clients_lose_no_request_over_rotations_in_every_style() {
     server.accept_also(&first[1]);
 
     let stores = [
-        TokenFile::new(&plain).load().await.unwrap(),
-        TokenFile::new(projected.token_path()).load().await.unwrap(),
+        support::file(&plain).load().await.unwrap(),
+        support::file(projected.token_path()).load().await.unwrap(),
     ];
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
+mod support;
+
+use bearer_reload::LoadError;
 use bearer_reload::source::FileError;
-use bearer_reload::{LoadError, TokenFile};
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
@@ -17,10 +19,10 @@ async fn a_stuck_file_holds_one_blocking_thread_however_many_reloads() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("token");
     std::fs::write(&path, "good-token").unwrap();
-    let store = TokenFile::new(&path)
-        .watch(false)
+    let store = support::file(&path)
+        .no_watch()
         .refresh_interval(None)
-        .read_timeout(Duration::from_millis(100))
+        .fetch_timeout(Duration::from_millis(100))
         .load()
         .await
         .unwrap();

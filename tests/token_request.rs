@@ -10,16 +10,17 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
+use bearer_reload::classify::Http401;
 use bearer_reload::source::{BoundObject, TokenRequestError, TokenRequestSource};
-use bearer_reload::{
-    BearerLayer, Freshness, LoadError, RetryUnauthorized, StoreBuilder, TokenStore,
-};
+use bearer_reload::token::Freshness;
+use bearer_reload::{BearerLayer, LoadError, StoreBuilder, TokenStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use support::chain;
 use support::kube_api::{KubeApi, User};
 use support::server::http1_client;
 use support::sim::{GuardLayer, SimClock, guarded};
@@ -34,15 +35,15 @@ const TTL: u64 = 600;
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// A workload's HTTP client to a service, through `BearerLayer` with the 401 retry.
-type Layered =
-    bearer_reload::BearerService<HttpClient<HttpConnector, Empty<Bytes>>, RetryUnauthorized>;
+type Layered = bearer_reload::BearerService<HttpClient<HttpConnector, Empty<Bytes>>, Http401, true>;
 
 /// The API server with TokenRequest, and a kube client for it.
 struct World {
     api: KubeApi,
     tokens: TokenApi,
     client: kube::Client,
-    cluster: String,
+    /// The kubeconfig of the requester, for clients of other identities.
+    config: kube::Config,
     clock: Option<SimClock>,
 }
 
@@ -79,9 +80,8 @@ impl World {
         // middle of an exchange, where the simulated clock is held: off on simulated time,
         // where the store's own backoff is under test; kube's default on real time.
         config.default_retry = clock.is_none();
-        let cluster = config.cluster_url.to_string();
         // Each exchange with the API holds the simulated clock (a no-op on real time).
-        let client = kube::client::ClientBuilder::try_from(config)
+        let client = kube::client::ClientBuilder::try_from(config.clone())
             .unwrap()
             .with_layer(&GuardLayer)
             .build();
@@ -89,22 +89,26 @@ impl World {
             api,
             tokens,
             client,
-            cluster,
+            config,
             clock,
         }
     }
 
-    fn source(&self, audience: &str) -> TokenRequestSource {
-        TokenRequestSource::builder(self.client.clone(), &self.cluster)
-            .service_account(SA)
-            .audience(audience)
-            .expiration(Duration::from_secs(TTL))
-            .build()
-            .unwrap()
+    /// A kube client of the same cluster that authenticates with `token`.
+    fn client_as(&self, token: &str) -> kube::Client {
+        let mut config = self.config.clone();
+        config.auth_info.token = Some(token.to_owned().into());
+        kube::Client::try_from(config).unwrap()
     }
 
-    fn builder(&self, source: TokenRequestSource) -> StoreBuilder<TokenRequestSource> {
-        let builder = StoreBuilder::from_source(source);
+    fn source(&self, audience: &str) -> TokenRequestSource {
+        TokenRequestSource::new(self.client.clone(), SA)
+            .audience(audience)
+            .expiration(Duration::from_secs(TTL))
+    }
+
+    fn builder(&self, source: TokenRequestSource) -> StoreBuilder {
+        let builder = TokenStore::builder(source);
         match self.clock {
             Some(clock) => builder.simulated_clock(clock.origin, clock.start),
             None => builder,
@@ -134,7 +138,7 @@ impl World {
 /// A hyper client through `BearerLayer` with the 401 retry: a workload calling a service.
 fn layered(store: &TokenStore) -> Layered {
     BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(http1_client())
 }
 
@@ -186,10 +190,9 @@ async fn a_simulated_day_makes_one_api_call_per_refresh_window_per_key() {
     let world = World::simulated().await;
     let vault = AudienceService::start(&world.tokens, "vault").await;
     let billing = AudienceService::start(&world.tokens, "billing").await;
-    // Two parts of the workload build their own store for vault: one store, one load.
+    // Two parts of the workload share one store for vault, by cloning it: one load.
     let vault_a = world.store("vault").await;
-    let vault_b = world.store("vault").await;
-    assert!(vault_a.ptr_eq(&vault_b), "one key, one store");
+    let vault_b = vault_a.clone();
     let billing_store = world.store("billing").await;
     assert!(!billing_store.ptr_eq(&vault_a));
     assert_eq!(world.tokens.received(), 2);
@@ -256,7 +259,7 @@ async fn a_simulated_day_makes_one_api_call_per_refresh_window_per_key() {
     for store in stores {
         let status = store.status();
         assert_eq!(status.failures, 0);
-        assert_eq!(status.unauthorized.seen, 0);
+        assert_eq!(status.unauthorized, 0);
         assert_eq!(status.freshness, Freshness::Fresh);
     }
 }
@@ -288,10 +291,12 @@ async fn an_api_outage_inside_the_validity_window_serves_the_old_token_without_f
             // Still the first token, and the error says who and what.
             assert_eq!(status.generation, 1, "at {t} s");
             let error = status.last_error.expect("the failed refresh is reported");
-            let text = error.to_string();
+            let text = chain(&error);
             assert!(
-                text.starts_with("serviceaccount team-a/payments (TokenRequest, audiences: vault)")
-                    && text.contains("503 ServiceUnavailable"),
+                text.starts_with(
+                    "cannot fetch a token from serviceaccount team-a/payments (TokenRequest, \
+                     audiences: vault): "
+                ) && text.contains("503 ServiceUnavailable"),
                 "{text}"
             );
             assert!(matches!(
@@ -338,7 +343,7 @@ async fn an_api_outage_inside_the_validity_window_serves_the_old_token_without_f
     assert_eq!(tally.refused(), 0, "{tally:?}");
     let status = store.status();
     assert!(status.last_error.is_none());
-    assert_eq!(status.unauthorized.seen, 0);
+    assert_eq!(status.unauthorized, 0);
     assert_eq!(status.failures as usize, refused.len());
 }
 
@@ -363,13 +368,12 @@ async fn an_outage_past_the_expiry_is_reported_and_the_first_request_after_it_re
     at(&world, 610).await;
     let status = store.status();
     assert_eq!(status.freshness, Freshness::Expired);
-    let error = status
-        .last_error
-        .expect("the error is reported")
-        .to_string();
+    let error = chain(&status.last_error.expect("the error is reported"));
     assert!(
-        error.starts_with("serviceaccount team-a/payments (TokenRequest, audiences: vault)")
-            && error.contains("500 InternalServerError"),
+        error.starts_with(
+            "cannot fetch a token from serviceaccount team-a/payments (TokenRequest, audiences: \
+             vault): "
+        ) && error.contains("500 InternalServerError"),
         "{error}"
     );
     // The expired token is refused, the 401 reload fails too: the request fails.
@@ -383,7 +387,7 @@ async fn an_outage_past_the_expiry_is_reported_and_the_first_request_after_it_re
     assert_eq!(status.freshness, Freshness::Fresh);
     assert!(status.last_error.is_none());
     assert_eq!(status.generation, 2);
-    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(status.retries_succeeded, 1);
     // Retries during the outage backed off: a handful, not one a second.
     let refused = world.tokens.calls().len() - world.tokens.minted();
     assert!(refused < 20, "{refused} attempts in 600 s of outage");
@@ -441,7 +445,7 @@ async fn a_revoked_token_is_replaced_within_one_401_for_every_layer_of_the_key()
     let world = World::real().await;
     let vault = AudienceService::start(&world.tokens, "vault").await;
     let store_a = world.store("vault").await;
-    let store_b = world.store("vault").await;
+    let store_b = store_a.clone();
     let (a, b) = (layered(&store_a), layered(&store_b));
     let url = vault.url("/v1/secret/data/app");
     assert_eq!(get(&a, &url).await, StatusCode::OK);
@@ -463,9 +467,9 @@ async fn a_revoked_token_is_replaced_within_one_401_for_every_layer_of_the_key()
         "one new token, requested on the 401"
     );
     let status = store_a.status();
-    assert_eq!(status.unauthorized.seen, 1);
-    assert_eq!(status.unauthorized.reloads, 1);
-    assert_eq!(status.unauthorized.retries_succeeded, 1);
+    assert_eq!(status.unauthorized, 1);
+    assert_eq!(status.unauthorized_reloads, 1);
+    assert_eq!(status.retries_succeeded, 1);
     assert!(!store_a.current().same_secret(&old));
 
     // The new token is the new account's; the source asked the API, not a cache.
@@ -486,15 +490,12 @@ async fn a_revoked_token_is_replaced_within_one_401_for_every_layer_of_the_key()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_carries_the_asked_audience_expiry_and_bound_object() {
     let world = World::real().await;
-    let source = TokenRequestSource::builder(world.client.clone(), &world.cluster)
+    let source = TokenRequestSource::new(world.client.clone(), SA)
         .namespace(NS)
-        .service_account(SA)
         .audiences(["vault", "https://billing.example"])
         .expiration(Duration::from_secs(900))
-        .bound_to(BoundObject::pod("web-0").uid("9e1c7b2a-5d1f"))
-        .build()
-        .unwrap();
-    let store = StoreBuilder::from_source(source).load().await.unwrap();
+        .bound_to(BoundObject::pod("web-0").uid("9e1c7b2a-5d1f"));
+    let store = TokenStore::builder(source).load().await.unwrap();
     let calls = world.tokens.calls();
     assert_eq!(calls.len(), 1);
     let call = &calls[0];
@@ -540,21 +541,18 @@ async fn the_token_carries_the_asked_audience_expiry_and_bound_object() {
 async fn api_errors_name_the_service_account_and_audience_and_never_a_token() {
     let world = World::real().await;
     let load = |name: &str| {
-        let source = TokenRequestSource::builder(world.client.clone(), &world.cluster)
-            .service_account(name)
+        let source = TokenRequestSource::new(world.client.clone(), name)
             .audience("vault")
-            .expiration(Duration::from_secs(TTL))
-            .build()
-            .unwrap();
-        StoreBuilder::from_source(source).load()
+            .expiration(Duration::from_secs(TTL));
+        TokenStore::builder(source).load()
     };
-    let text = |e: &LoadError| e.to_string();
+    let text = |e: &LoadError| chain(e);
 
     let missing = load("ghost").await.unwrap_err();
     assert_eq!(
         text(&missing),
-        "serviceaccount team-a/ghost (TokenRequest, audiences: vault): not found (404): \
-         serviceaccounts \"ghost\" not found"
+        "cannot fetch a token from serviceaccount team-a/ghost (TokenRequest, audiences: \
+         vault): not found (404): serviceaccounts \"ghost\" not found"
     );
     assert!(matches!(
         missing.downcast_ref(),
@@ -567,8 +565,9 @@ async fn api_errors_name_the_service_account_and_audience_and_never_a_token() {
     let down = load(SA).await.unwrap_err();
     assert_eq!(
         text(&down),
-        "serviceaccount team-a/payments (TokenRequest, audiences: vault): the API server \
-         answered 500 InternalServerError: the server is currently unable to handle the request"
+        "cannot fetch a token from serviceaccount team-a/payments (TokenRequest, audiences: \
+         vault): the API server answered 500 InternalServerError: the server is currently \
+         unable to handle the request"
     );
     // A 503 is retried by kube's own retry layer (on by default) inside the fetch, until
     // the store's read timeout ends it.
@@ -576,8 +575,8 @@ async fn api_errors_name_the_service_account_and_audience_and_never_a_token() {
         .tokens
         .set_mode(Mode::Fail(StatusCode::SERVICE_UNAVAILABLE));
     let source = world.source("vault");
-    let slow = StoreBuilder::from_source(source)
-        .read_timeout(Duration::from_millis(500))
+    let slow = TokenStore::builder(source)
+        .fetch_timeout(Duration::from_millis(500))
         .load()
         .await
         .unwrap_err();
@@ -593,8 +592,9 @@ async fn api_errors_name_the_service_account_and_audience_and_never_a_token() {
     let forbidden = load(SA).await.unwrap_err();
     assert!(
         text(&forbidden).starts_with(
-            "serviceaccount team-a/payments (TokenRequest, audiences: vault): forbidden to \
-             create tokens (403): serviceaccounts \"payments\" is forbidden: User"
+            "cannot fetch a token from serviceaccount team-a/payments (TokenRequest, \
+             audiences: vault): forbidden to create tokens (403): serviceaccounts \
+             \"payments\" is forbidden: User"
         ),
         "{forbidden}"
     );
@@ -615,4 +615,50 @@ async fn api_errors_name_the_service_account_and_audience_and_never_a_token() {
         assert!(!shown.contains(REQUESTER), "{shown}");
         assert!(!shown.contains("eyJ"), "{shown}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_request_never_crosses_identities() {
+    // An operator serving two tenants: two clients of one cluster, with credentials of
+    // their own, each asking for a token of the same namespace, service account and
+    // audience. The API server lets the first create it and forbids the second.
+    let world = World::real().await;
+    const TENANT_B: &str = "tenant-b-token";
+    world.api.accept_also(TENANT_B);
+    world.tokens.forbid(TENANT_B);
+    let first = world.store("vault").await;
+    assert_eq!(world.tokens.minted(), 1);
+
+    let second = TokenStore::builder(
+        TokenRequestSource::new(world.client_as(TENANT_B), SA)
+            .audience("vault")
+            .expiration(Duration::from_secs(TTL)),
+    )
+    .load()
+    .await;
+    let err = second.expect_err("the second identity gets no token");
+    assert!(
+        matches!(
+            err.downcast_ref(),
+            Some(TokenRequestError::Forbidden { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        chain(&err).contains("forbidden to create tokens (403)"),
+        "{err}"
+    );
+    // The API server saw the second identity ask, and minted nothing for it.
+    let requesters: Vec<Option<String>> = world
+        .tokens
+        .calls()
+        .iter()
+        .map(|c| c.requester.clone())
+        .collect();
+    assert_eq!(
+        requesters,
+        [Some(REQUESTER.to_owned()), Some(TENANT_B.to_owned())]
+    );
+    assert_eq!(world.tokens.minted(), 1);
+    assert_eq!(first.status().generation, 1);
 }

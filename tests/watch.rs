@@ -7,13 +7,14 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bearer_reload::testing::{ProjectedTokenDir, rename_over, truncate_and_write, write_in_chunks};
-use bearer_reload::{TokenFile, TokenStore, WatchState};
+use bearer_reload::testing::ProjectedTokenDir;
+use bearer_reload::{TokenStore, WatchState};
+use support::writers::{rename_over, truncate_and_write, write_in_chunks};
 
 const DEADLINE: Duration = Duration::from_secs(5);
 
 async fn watched(path: &Path) -> TokenStore {
-    let store = TokenFile::new(path)
+    let store = support::file(path)
         .refresh_interval(None)
         .load()
         .await

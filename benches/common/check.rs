@@ -18,7 +18,6 @@ use std::task::{Context, Poll};
 
 use arc_swap::{ArcSwap, Cache};
 use bearer_reload::Token;
-use bearer_reload::token::DEFAULT_MAX_SIZE;
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use tower::Service;
@@ -47,7 +46,7 @@ impl MirrorStore {
     pub(crate) fn new(token: &str) -> Self {
         MirrorStore(Arc::new(Shared {
             current: ArcSwap::from_pointee(Versioned {
-                token: Token::parse(token.as_bytes(), DEFAULT_MAX_SIZE).expect("a token"),
+                token: Token::parse(token.as_bytes()).expect("a token"),
                 generation: 1,
             }),
             generation: AtomicU64::new(1),
@@ -57,7 +56,7 @@ impl MirrorStore {
     /// Installs `token` as the next generation, as `TokenStore` does.
     pub(crate) fn rotate(&self, token: &str) {
         let to = self.0.current.load().generation + 1;
-        let token = Token::parse(token.as_bytes(), DEFAULT_MAX_SIZE).expect("a token");
+        let token = Token::parse(token.as_bytes()).expect("a token");
         self.0.current.store(Arc::new(Versioned {
             token,
             generation: to,

@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use bearer_reload::{TokenLoader, TokenStore};
+use bearer_reload::TokenStore;
+use bearer_reload::source::FnSource;
 use http::header::{ACCEPT, AUTHORIZATION};
 use http::{HeaderValue, Request, Response};
 use tokio::sync::RwLock;
@@ -91,10 +92,10 @@ pub(crate) fn bearer_store(next: Arc<AtomicU64>) -> TokenStore {
         .build()
         .expect("a runtime");
     rt.block_on(
-        TokenLoader::new("bench", move || {
+        TokenStore::builder(FnSource::new("bench", move || {
             let bytes = token(next.load(Ordering::Relaxed)).into_bytes();
             async move { Ok::<_, std::io::Error>(bytes) }
-        })
+        }))
         .refresh_interval(None)
         .load(),
     )

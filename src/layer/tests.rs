@@ -1,5 +1,4 @@
 use super::*;
-use crate::TokenLoader;
 use http::{HeaderValue, StatusCode};
 use std::convert::Infallible;
 use std::sync::Mutex;
@@ -20,7 +19,7 @@ impl Source {
             reads: Arc::default(),
         };
         let s = this.clone();
-        let store = TokenLoader::new("test", move || {
+        let store = crate::test_support::loader("test", move || {
             let s = s.clone();
             async move {
                 *s.reads.lock().unwrap() += 1;
@@ -92,7 +91,7 @@ async fn keeps_or_overwrites_an_existing_header() {
     let got = send(&mut keep, own()).await.into_body().unwrap();
     assert_eq!(got, "Basic dXNlcg==");
     let mut over = BearerLayer::new(store)
-        .overwrite_existing(true)
+        .overwrite_existing()
         .layer(server("Bearer tok"));
     let got = send(&mut over, own()).await;
     assert_eq!(got.status(), StatusCode::OK);
@@ -142,9 +141,9 @@ async fn a_401_reloads_the_token_for_the_next_request_without_a_retry() {
     let res = send(&mut svc, Request::new(())).await;
     assert_eq!(res.status(), StatusCode::OK);
     let status = store.status();
-    assert_eq!(status.unauthorized.seen, 1);
-    assert_eq!(status.unauthorized.reloads, 1);
-    assert_eq!(status.unauthorized.retries, 0);
+    assert_eq!(status.unauthorized, 1);
+    assert_eq!(status.unauthorized_reloads, 1);
+    assert_eq!(status.retries, 0);
 }
 
 #[tokio::test]
@@ -160,7 +159,7 @@ async fn a_callers_own_authorization_that_gets_401_triggers_nothing() {
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     wait_generation(&store, 2).await;
     assert_eq!(source.reads(), 2, "one read: the second 401's");
-    assert_eq!(store.status().unauthorized.seen, 1);
+    assert_eq!(store.status().unauthorized, 1);
 }
 
 #[tokio::test]
@@ -177,7 +176,7 @@ async fn the_grpc_classifier_reloads_on_unauthenticated() {
     let mut http = BearerLayer::new(store.clone()).layer(grpc);
     send(&mut http, Request::new(())).await;
     assert_eq!(
-        store.status().unauthorized.seen,
+        store.status().unauthorized,
         0,
         "a 200 to the HTTP classifier"
     );
@@ -226,7 +225,7 @@ async fn a_retry_carries_the_token_current_when_it_leaves() {
         }
     });
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(svc);
     let call = tokio::spawn(client.oneshot(Request::new(())));
     // The 401 brought "second" in; the retry now waits for the 401's body. Meanwhile the
@@ -240,7 +239,7 @@ async fn a_retry_carries_the_token_current_when_it_leaves() {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "body");
     assert_eq!(*seen.lock().unwrap(), ["Bearer first", "Bearer third"]);
-    assert_eq!(store.status().unauthorized.retries_succeeded, 1);
+    assert_eq!(store.status().retries_succeeded, 1);
 }
 
 /// An inner service that refuses every request at readiness.
@@ -271,7 +270,145 @@ async fn the_inner_services_readiness_reaches_the_caller() {
 #[tokio::test]
 async fn with_the_retry_the_inner_services_readiness_reaches_the_caller() {
     let (_, store) = Source::store("one").await;
-    let layer = BearerLayer::new(store).retry_unauthorized(crate::RetryUnauthorized::new());
+    let layer = BearerLayer::new(store).retry_unauthorized();
     let mut service = layer.layer(Overloaded);
     assert_eq!(service.ready().await.err(), Some("overloaded"));
+}
+
+/// A gRPC server that refuses every token but `accept` with a trailers-only
+/// `UNAUTHENTICATED` (HTTP 200); records the tokens it saw.
+fn grpc_server(
+    accept: &'static str,
+    seen: Arc<Mutex<Vec<String>>>,
+) -> impl Service<
+    Request<()>,
+    Response = Response<String>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<String>, Infallible>> + Send,
+> + Clone {
+    service_fn(move |req: Request<()>| {
+        let seen = seen.clone();
+        async move {
+            let auth = req.headers()[AUTHORIZATION].to_str().unwrap().to_owned();
+            let ok = auth == accept;
+            seen.lock().unwrap().push(auth);
+            let mut res = Response::new(String::new());
+            if !ok {
+                res.headers_mut()
+                    .insert("grpc-status", HeaderValue::from_static("16"));
+            }
+            Ok::<_, Infallible>(res)
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_classifier_and_the_retry_combine_in_either_order() {
+    use crate::classify::GrpcUnauthenticated;
+    for classifier_first in [true, false] {
+        let (source, store) = Source::store("old").await;
+        source.set("new");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let layer = if classifier_first {
+            BearerLayer::new(store.clone())
+                .classifier(GrpcUnauthenticated)
+                .retry_unauthorized()
+        } else {
+            BearerLayer::new(store.clone())
+                .retry_unauthorized()
+                .classifier(GrpcUnauthenticated)
+        };
+        let res = layer
+            .layer(grpc_server("Bearer new", seen.clone()))
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        assert!(
+            res.headers().get("grpc-status").is_none(),
+            "classifier first: {classifier_first}"
+        );
+        assert_eq!(*seen.lock().unwrap(), ["Bearer old", "Bearer new"]);
+        let status = store.status();
+        assert_eq!((status.unauthorized, status.retries_succeeded), (1, 1));
+    }
+}
+
+/// A loader whose reads wait at a gate the test opens, serving what the test set.
+async fn gated_store(
+    token: &'static str,
+) -> (
+    TokenStore,
+    Arc<Mutex<&'static str>>,
+    Arc<tokio::sync::Semaphore>,
+) {
+    let current = Arc::new(Mutex::new(token));
+    // The load goes through; later reads wait for a permit each.
+    let gate = Arc::new(tokio::sync::Semaphore::new(1));
+    let store = crate::test_support::loader("gated", {
+        let (current, gate) = (current.clone(), gate.clone());
+        move || {
+            let (current, gate) = (current.clone(), gate.clone());
+            async move {
+                gate.acquire().await.unwrap().forget();
+                Ok::<_, Infallible>(current.lock().unwrap().as_bytes().to_vec())
+            }
+        }
+    })
+    .refresh_interval(None)
+    .load()
+    .await
+    .unwrap();
+    (store, current, gate)
+}
+
+#[tokio::test]
+async fn a_request_that_would_carry_a_refused_token_waits_for_its_reload() {
+    let (store, current, gate) = gated_store("old").await;
+    *current.lock().unwrap() = "new";
+    let mut svc = BearerLayer::new(store.clone()).layer(server("Bearer new"));
+    // The first request is refused, and its reload waits at the gate.
+    let refused = send(&mut svc, Request::new(())).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    // The next request would carry the refused token: it is not ready until the reload
+    // is over.
+    let mut next = svc.clone();
+    let mut ready = std::pin::pin!(next.ready());
+    let waited = crate::test_support::poll_once(ready.as_mut());
+    assert!(waited.is_pending(), "ready with the refused token");
+    gate.add_permits(1);
+    tokio::time::timeout(crate::test_support::DEADLINE, ready)
+        .await
+        .expect("ready once the reload is over")
+        .unwrap();
+    let res = next.call(Request::new(())).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "the new token, no second 401");
+    assert_eq!(res.into_body().unwrap(), "Bearer new");
+    assert_eq!(store.status().unauthorized, 1);
+}
+
+#[tokio::test]
+async fn a_reload_that_finds_the_same_token_ends_the_wait_and_reads_no_more() {
+    let (store, _current, gate) = gated_store("old").await;
+    let mut svc = BearerLayer::new(store.clone()).layer(server("Bearer new"));
+    assert_eq!(
+        send(&mut svc, Request::new(())).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let mut next = svc.clone();
+    let mut ready = std::pin::pin!(next.ready());
+    assert!(crate::test_support::poll_once(ready.as_mut()).is_pending());
+    // The source still holds the refused token: the wait ends, the request goes with it
+    // and is refused again, once; within the rate limit that refusal reads nothing.
+    gate.add_permits(1);
+    tokio::time::timeout(crate::test_support::DEADLINE, ready)
+        .await
+        .expect("ready once the reload is over")
+        .unwrap();
+    let again = next.call(Request::new(())).await.unwrap();
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    let status = store.status();
+    assert_eq!((status.unauthorized, status.unauthorized_reloads), (2, 1));
+    // Nothing is held any more: the next request is ready at once.
+    let mut third = svc.clone();
+    assert!(crate::test_support::poll_once(std::pin::pin!(third.ready())).is_ready());
 }

@@ -12,7 +12,7 @@ use tower::{Layer, ServiceExt, service_fn};
 
 use crate::clock::Clock;
 use crate::source::{FetchContext, Fetched, TokenSource};
-use crate::{BearerLayer, RetryUnauthorized, StoreBuilder, TokenLoader, TokenStore};
+use crate::{BearerLayer, TokenStore};
 
 /// A recorder that keeps cumulative counters and last gauge values, readable at any time.
 struct Recorded(Arc<Registry<Key, AtomicStorage>>);
@@ -87,9 +87,9 @@ impl Scripted {
     }
     /// A loader named `name`: each test its own, because the process-wide gauges task
     /// publishes every live store's gauges to the recorder of whichever test runs it.
-    fn loader(&self, name: &'static str) -> TokenLoader {
+    fn loader(&self, name: &'static str) -> crate::StoreBuilder {
         let this = self.clone();
-        TokenLoader::new("scripted", move || {
+        crate::test_support::loader("scripted", move || {
             let this = this.clone();
             async move {
                 if *this.failing.lock().unwrap() {
@@ -148,7 +148,7 @@ async fn a_401_its_retry_and_a_kept_authorization_are_counted() {
         Ok::<_, std::convert::Infallible>(res)
     });
     let client = BearerLayer::new(store.clone())
-        .retry_unauthorized(RetryUnauthorized::new())
+        .retry_unauthorized()
         .layer(server);
     let res = client.clone().oneshot(Request::new(String::new())).await;
     assert_eq!(res.unwrap().status(), StatusCode::OK);
@@ -182,7 +182,7 @@ async fn the_watch_state_gauge_follows_the_directory() {
     let dir = tmp.path().join("d");
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("token"), "one").unwrap();
-    let store = crate::TokenFile::new(dir.join("token"))
+    let store = crate::test_support::file(dir.join("token"))
         .refresh_interval(None)
         .name("watched")
         .load()
@@ -217,7 +217,7 @@ impl TokenSource for Expiring {
     async fn fetch(&self, _: FetchContext) -> Result<Fetched, std::io::Error> {
         let mut n = self.n.lock().unwrap();
         *n += 1;
-        Ok(Fetched::new(format!("minted-{n}")).expires_at(self.clock.now() + self.ttl))
+        Ok(Fetched::new(format!("minted-{n}")).with_expires_at(self.clock.now() + self.ttl))
     }
     fn describe(&self) -> String {
         "expiring".into()
@@ -225,49 +225,52 @@ impl TokenSource for Expiring {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_expiry_gauge_counts_down_on_the_simulated_clock() {
+async fn the_dates_are_timestamps_that_the_reads_set() {
     let recorder = Recorded::new();
     let _guard = ::metrics::set_default_local_recorder(&recorder);
-    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    const T0: f64 = 1_800_000_000.0;
+    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 as u64));
     let source = Expiring {
         clock,
         ttl: Duration::from_secs(3600),
         n: Arc::default(),
     };
-    let store = StoreBuilder::from_source(source)
+    let store = TokenStore::builder(source)
+        .refresh_interval(None)
         .clock(clock)
         .load()
         .await
         .unwrap();
-    let expires_in = || recorder.value("bearer_reload_token_expires_in_seconds{source=expiring}");
-    assert_eq!(expires_in(), 3600.0);
+    let gauge = |name: &str| recorder.value(&format!("bearer_reload_{name}{{source=expiring}}"));
+    assert_eq!(gauge("token_expiry_timestamp_seconds"), T0 + 3600.0);
+    assert_eq!(gauge("token_issued_timestamp_seconds"), T0);
+    assert_eq!(gauge("source_changed_timestamp_seconds"), T0);
+    // Time alone changes none of them: nothing has to run to keep them true.
     tokio::time::advance(Duration::from_secs(600)).await;
-    store.publish_gauges();
-    assert_eq!(expires_in(), 3000.0);
-    assert_eq!(
-        recorder.value("bearer_reload_token_age_seconds{source=expiring}"),
-        600.0
-    );
-    assert_eq!(
-        recorder.value("bearer_reload_source_changed_seconds{source=expiring}"),
-        600.0
-    );
+    assert_eq!(gauge("token_expiry_timestamp_seconds"), T0 + 3600.0);
+    // A read that finds a new token moves them.
+    store.reload().await.unwrap();
+    assert_eq!(gauge("token_expiry_timestamp_seconds"), T0 + 600.0 + 3600.0);
+    assert_eq!(gauge("token_issued_timestamp_seconds"), T0 + 600.0);
+    assert_eq!(gauge("source_changed_timestamp_seconds"), T0 + 600.0);
+    assert_eq!(gauge("generation"), 2.0);
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_expired_token_counts_below_zero() {
+async fn an_expired_token_has_its_expiry_in_the_past() {
     let recorder = Recorded::new();
     let _guard = ::metrics::set_default_local_recorder(&recorder);
-    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    const T0: u64 = 1_800_000_000;
+    let clock = Clock::tokio_from(SystemTime::UNIX_EPOCH + Duration::from_secs(T0));
     // The source hands out a token that expired a minute ago: kept, and said so.
-    let _store = StoreBuilder::from_source(Fixed(clock.now() - Duration::from_secs(60)))
+    let _store = TokenStore::builder(Fixed(clock.now() - Duration::from_secs(60)))
         .clock(clock)
         .load()
         .await
         .unwrap();
     assert_eq!(
-        recorder.value("bearer_reload_token_expires_in_seconds{source=fixed}"),
-        -60.0
+        recorder.value("bearer_reload_token_expiry_timestamp_seconds{source=fixed}"),
+        (T0 - 60) as f64
     );
 }
 
@@ -277,7 +280,7 @@ struct Fixed(SystemTime);
 impl TokenSource for Fixed {
     type Error = std::io::Error;
     async fn fetch(&self, _: FetchContext) -> Result<Fetched, std::io::Error> {
-        Ok(Fetched::new("fixed").expires_at(self.0))
+        Ok(Fetched::new("fixed").with_expires_at(self.0))
     }
     fn describe(&self) -> String {
         "fixed".into()

@@ -1,26 +1,78 @@
 //! What keeps a store fresh in the background: the [timer] and the file
 //! [watcher](watch) (through the process-wide [registry], on the names of the
-//! file's [symlink chain](chain)).
+//! file's [symlink chain](chain)), run together as the store's [`refresher`].
 //!
-//! Each is a future built from a weak [`Handle`]; the builder runs them as one task
-//! that ends when the store is dropped ([`until_closed`]).
+//! Each holds only a weak reference to its store: the refresher ends when the store is
+//! dropped. When it is dropped first (its runtime shut down), it tells the store, which
+//! reports it and can start it again (see `store::background`).
 
 use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::store::Handle;
+use crate::clock::Clock;
+use crate::store::WeakStore;
 
-#[cfg(feature = "metrics")]
-pub(crate) mod gauges;
+pub(crate) mod chain;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
 
-pub(crate) mod chain;
+/// What a store's refresher does: the timer's period and clock, and the file to watch.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) period: Option<Duration>,
+    pub(crate) clock: Clock,
+    pub(crate) watch: Option<PathBuf>,
+}
 
-/// Runs `work` until it ends or the store behind `handle` is dropped.
-pub(crate) async fn until_closed(handle: Handle, work: impl Future<Output = ()>) {
+/// The refresher of the store behind `store`: its timer and, for a file, its watcher (which
+/// subscribes here, before the future first runs, so that the store's status says so at
+/// once), until the store is dropped.
+pub(crate) fn refresher(store: WeakStore, plan: &Plan) -> impl Future<Output = ()> + Send + use<> {
+    let timer = timer::run(store.clone(), plan.period, plan.clock);
+    let watcher = plan
+        .watch
+        .as_deref()
+        .map(|path| watch::watch(store.clone(), path));
+    let mut early = Early(Some(store.clone()));
+    async move {
+        let watcher = async move {
+            match watcher {
+                Some(watcher) => watcher.await,
+                None => std::future::pending().await,
+            }
+        };
+        until_closed(store, async {
+            tokio::join!(timer, watcher);
+        })
+        .await;
+        early.disarm();
+    }
+}
+
+/// Runs `work` until it ends or the store behind `store` is dropped.
+pub(crate) async fn until_closed(store: WeakStore, work: impl Future<Output = ()>) {
     tokio::select! {
-        () = handle.closed() => {}
+        () = store.closed() => {}
         () = work => {}
+    }
+}
+
+/// Tells the store when its refresher is dropped before the store is.
+struct Early(Option<WeakStore>);
+
+impl Early {
+    /// The refresher ended with its store: nothing to tell.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        if let Some(store) = self.0.take() {
+            store.refresher_stopped();
+        }
     }
 }

@@ -24,7 +24,9 @@
 //!   then is the watch loop's business (`super::watch`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(test)]
+use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -76,7 +78,13 @@ pub(crate) type Handler = Box<dyn FnMut(notify::Result<Event>) + Send>;
 /// Creates a watcher that calls the handler (injectable for tests).
 pub(crate) type Factory = dyn Fn(Handler) -> notify::Result<Box<dyn DirWatcher>> + Send + Sync;
 
-/// The registry every store uses.
+/// The registry every store uses: the crate's one piece of process-wide state, forced by a
+/// system limit. Each `notify` watcher is an inotify instance, and inotify allows 128
+/// instances per user by default (`fs.inotify.max_user_instances`), shared by every process
+/// and container of that user on the node: one watcher per store would fail at the 129th
+/// store of a process (the `scale` example loads 10,000), and starve the node's other
+/// workloads long before. One watcher per process, with one watch per directory however
+/// many stores watch it, holds one instance. It exists only while a store watches a file.
 pub(super) static GLOBAL: LazyLock<Arc<Registry>> =
     LazyLock::new(|| Registry::new(VERIFY_EVERY, notify_factory()));
 
@@ -113,7 +121,8 @@ pub(crate) struct Registry {
     verify_every: Duration,
 }
 
-/// Counts for tests and debugging.
+/// Counts for tests.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stats {
     /// Directories the watcher holds a watch for.
@@ -122,12 +131,6 @@ pub(crate) struct Stats {
     pub(crate) subscribers: usize,
     /// Whether a watcher (an inotify instance and its thread) exists.
     pub(crate) watcher: bool,
-}
-
-/// The process-wide registry's counts.
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
-pub(crate) fn stats() -> Stats {
-    GLOBAL.stats()
 }
 
 impl Registry {
@@ -146,6 +149,7 @@ impl Registry {
         })
     }
 
+    #[cfg(test)]
     pub(crate) fn stats(&self) -> Stats {
         let watcher = lock(&self.control).watcher.is_some();
         Stats {

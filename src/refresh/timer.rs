@@ -30,14 +30,13 @@
 //! `refresh_at` not after the fetch: a TokenRequest issued by a server whose clock is ahead
 //! of ours) is asked again on the same backoff, never in a loop.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use crate::clock::{Clock, jitter};
 use crate::source::Trigger;
-use crate::store::{Handle, OnFailure, Recency};
+use crate::store::{OnFailure, Recency, WeakStore};
 use crate::token::Token;
 
 /// How long after the kubelet's rotation point the file is re-read: its jitter.
@@ -52,9 +51,6 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between retries of a store without a period.
 const MAX_RETRY: Duration = Duration::from_secs(300);
 
-/// Numbers the timers, for each its own jitter.
-static TIMERS: AtomicU64 = AtomicU64::new(0);
-
 /// How far a periodic read is spread past the period: 5% of it, at least a second, at most
 /// a quarter of the period.
 pub(crate) fn spread(period: Duration) -> Duration {
@@ -63,16 +59,15 @@ pub(crate) fn spread(period: Duration) -> Duration {
 
 /// Re-reads the store's source every `period` (if any), and at the moments the current
 /// token tells about (see the module docs), until the store is dropped.
-pub(crate) async fn run(store: Handle, period: Option<Duration>, clock: Clock) {
-    let Some(mut rotations) = store.upgrade().map(|s| s.subscribe()) else {
+pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock) {
+    let Some((mut rotations, key)) = store.upgrade().map(|s| (s.subscribe(), s.jitter_key()))
+    else {
         return;
     };
     let cap = period.unwrap_or(MAX_RETRY);
     // The wait before each periodic read: the period and a jitter drawn for this timer and
     // this read.
-    let timer = TIMERS
-        .fetch_add(1, Ordering::Relaxed)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let timer = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut reads = 0_u64;
     let mut periodic = move || {
         reads += 1;

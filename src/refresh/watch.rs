@@ -1,7 +1,7 @@
 //! The watch loop of one store: reload when a name of its file's symlink chain changes.
 //!
 //! Each store watched has a task that owns its [`Subscriber`] to the process-wide
-//! [`Registry`] and holds only a weak [`Handle`] to the store,
+//! [`Registry`] and holds only a weak reference to the store,
 //! so that it ends with the store. It subscribes to the names of its file's
 //! [chain](super::chain) (the path as given, every symlink after it, the file at the end),
 //! each in its directory, and waits on a coalescing [`Signal`](super::registry::Signal).
@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 use super::chain::{ChainError, Start};
 use super::registry::{GLOBAL, Registry, Subscriber};
 use crate::source::Trigger;
-use crate::store::{Handle, OnFailure, Recency, WatchState};
+use crate::store::{OnFailure, Recency, WatchState, WeakStore};
 
 /// Delays before the retries of a read that failed right after an event; the last retry
 /// reports its failure.
@@ -46,14 +46,14 @@ const REARM_MAX: Duration = Duration::from_secs(2);
 
 /// Subscribes `handle`'s store to changes of `path`'s chain through the process-wide
 /// registry, and returns the loop that reloads it on each change (see the module docs).
-pub(crate) fn watch(handle: Handle, path: &Path) -> impl Future<Output = ()> + Send + use<> {
+pub(crate) fn watch(handle: WeakStore, path: &Path) -> impl Future<Output = ()> + Send + use<> {
     watch_with(&GLOBAL, handle, path)
 }
 
 /// [`watch`] through `registry`.
 pub(crate) fn watch_with(
     registry: &Arc<Registry>,
-    handle: Handle,
+    handle: WeakStore,
     path: &Path,
 ) -> impl Future<Output = ()> + Send + use<> {
     let start = Start::of(path);
@@ -74,7 +74,7 @@ pub(crate) fn watch_with(
 }
 
 struct Watcher {
-    store: Handle,
+    store: WeakStore,
     start: Start,
     sub: Subscriber,
     reads: Arc<Semaphore>,

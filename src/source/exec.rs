@@ -9,42 +9,49 @@
 //!
 //! The store built on it does the rest:
 //! - the plugin runs in a child process (`tokio::process`, no worker blocked), never twice
-//!   at once, with a time limit (60 s by default for this source; the child is killed when
-//!   it runs over);
+//!   at once, with a time limit (60 s by default for this source); a plugin that does not
+//!   share the terminal runs in a process group of its own, and a run that goes over the
+//!   limit (or fails) ends with the whole group killed, so that a wrapper's children
+//!   (`sh -c 'helper & wait'`) do not outlive it;
 //! - a credential with an expiry is fetched again before it expires, by a tenth of its
 //!   lifetime (at least a minute, at most half of it) less a per-token jitter; one without
 //!   an expiry is kept until a server refuses it;
 //! - a 401 runs the plugin again (once per burst of 401s, at most once a second while the
 //!   new token keeps being refused), and with
-//!   [`RetryUnauthorized`](crate::RetryUnauthorized) the request is sent again with the
-//!   new token;
+//!   [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) the request is sent
+//!   again with the new token;
 //! - a failed run (not found, non-zero exit, invalid output, an empty token, the wrong
 //!   `kind` or `apiVersion`) keeps the last good token and is reported with an
-//!   [`ExecError`] that says which.
+//!   [`ExecError`] that says which, after the command.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use bearer_reload::StoreBuilder;
-//! use bearer_reload::source::exec::{ApiVersion, ExecSource, InteractiveMode};
+//! use bearer_reload::TokenStore;
+//! use bearer_reload::source::exec::{ExecSource, InteractiveMode};
 //!
 //! let credential = r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1",
 //!                      "status":{"token":"abc","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#;
 //! let plugin = ExecSource::new("echo")
 //!     .arg(credential)
-//!     .api_version(ApiVersion::V1)
 //!     .interactive_mode(InteractiveMode::Never);
-//! let store = StoreBuilder::from_source(plugin).load().await?;
+//! let store = TokenStore::builder(plugin).load().await?;
 //! assert_eq!(store.current().header_value(), "Bearer abc");
 //! assert!(store.status().expires_at.is_some());
 //! # Ok(()) }
 //! ```
 //!
 //! With the `kube` feature, an `ExecSource` converts from a kubeconfig's
-//! `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`), and
-//! [`bearer_reload::kube`] uses it for every config whose user has an `exec`
-//! section. Credentials that hold a client certificate are refused
+//! `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`, with the cluster for
+//! `provideClusterInfo`), and [`bearer_reload::kube`] uses it for every config whose user
+//! has an `exec` section. Credentials that hold a client certificate are refused
 //! ([`ExecError::ClientCertificate`]): that kind of plugin is out of this crate's scope.
+//!
+//! # Sharing one plugin between clients
+//!
+//! Each store runs its own plugin. Clients of one kubeconfig user that should run the
+//! plugin once per rotation between them share one store: load it once and give a clone
+//! to each client (see [`bearer_reload::kube`]).
 //!
 #![cfg_attr(feature = "kube", doc = "[`bearer_reload::kube`]: crate::kube")]
 #![cfg_attr(
@@ -58,8 +65,6 @@ use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use super::{FetchContext, Fetched, TokenSource};
 
 mod credential;
@@ -69,13 +74,13 @@ mod from_kube;
 mod redact;
 mod run;
 
-pub use credential::{ApiVersion, ClusterInfo};
+pub(crate) use credential::{ApiVersion, ClusterInfo};
 pub use error::ExecError;
 
 use run::Terminal;
 
 /// How long a plugin may run by default: logging in to a cloud provider takes seconds.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The most a plugin may print by default.
 const MAX_OUTPUT: usize = 1024 * 1024;
@@ -134,7 +139,7 @@ impl fmt::Debug for ExecSource {
 impl ExecSource {
     /// The plugin `command`: a name looked up on `PATH`, or a path. Defaults: no
     /// arguments, `apiVersion` `client.authentication.k8s.io/v1`,
-    /// [`InteractiveMode::IfAvailable`], no cluster info, output up to 1 MiB.
+    /// [`InteractiveMode::IfAvailable`], output up to 1 MiB.
     pub fn new(command: impl Into<PathBuf>) -> Self {
         Self {
             command: command.into(),
@@ -175,8 +180,13 @@ impl ExecSource {
         self
     }
 
-    /// The `apiVersion` of the `ExecCredential` the plugin is given and must answer in.
-    pub fn api_version(mut self, version: ApiVersion) -> Self {
+    /// Speak `client.authentication.k8s.io/v1beta1` with the plugin instead of `v1`: the
+    /// `apiVersion` of the `ExecCredential` it is given and must answer in.
+    pub fn v1beta1(self) -> Self {
+        self.api_version(ApiVersion::V1Beta1)
+    }
+
+    pub(crate) fn api_version(mut self, version: ApiVersion) -> Self {
         self.api_version = version;
         self
     }
@@ -195,7 +205,8 @@ impl ExecSource {
 
     /// Tells the plugin about the cluster, in `KUBERNETES_EXEC_INFO`'s `spec.cluster`
     /// (a kubeconfig's `provideClusterInfo: true`).
-    pub fn cluster(mut self, cluster: ClusterInfo) -> Self {
+    #[cfg_attr(not(any(test, feature = "kube")), allow(dead_code))]
+    pub(crate) fn cluster(mut self, cluster: ClusterInfo) -> Self {
         self.cluster = Some(cluster);
         self
     }
@@ -294,7 +305,7 @@ impl ExecSource {
         let credential = credential::parse(&exited.stdout, self.api_version, &name)?;
         let fetched = Fetched::new(credential.token);
         Ok(match credential.expires_at {
-            Some(at) => fetched.expires_at(at),
+            Some(at) => fetched.with_expires_at(at),
             None => fetched,
         })
     }
@@ -326,47 +337,11 @@ impl TokenSource for ExecSource {
         format!("exec plugin {}", self.name())
     }
 
-    /// A digest of everything that makes a run: the command, its arguments and
-    /// environment, the version, the mode and the cluster. Clients built from one
-    /// kubeconfig user share one store and one run of the plugin, as client-go's
-    /// authenticator cache does. The values of `env` only enter the digest.
-    fn share_key(&self) -> Option<String> {
-        let mut digest = Sha256::new();
-        let mut put = |bytes: &[u8]| {
-            digest.update((bytes.len() as u64).to_le_bytes());
-            digest.update(bytes);
-        };
-        put(self.command.as_os_str().as_encoded_bytes());
-        for arg in &self.args {
-            put(arg.as_encoded_bytes());
-        }
-        put(b"env");
-        for (name, value) in &self.env {
-            put(name.as_encoded_bytes());
-            put(value.as_encoded_bytes());
-        }
-        put(b"drop_env");
-        for name in &self.drop_env {
-            put(name.as_encoded_bytes());
-        }
-        let cluster = self.cluster.as_ref().map(|c| format!("{c:?}"));
-        let rest = format!(
-            "{:?} {:?} {} {:?}",
-            self.api_version, self.interactive, self.max_output, cluster
-        );
-        put(rest.as_bytes());
-        let hex: String = digest.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Some(format!("exec {} {hex}", self.name()))
-    }
-
     /// 60 s: a plugin may log in to a cloud provider before it answers. Raise it with
-    /// [`read_timeout`](crate::StoreBuilder::read_timeout) for a plugin that waits for
+    /// [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) for a plugin that waits for
     /// the user (a browser login, a device code).
-    fn default_read_timeout(&self) -> Duration {
-        READ_TIMEOUT
+    fn default_fetch_timeout(&self) -> Duration {
+        FETCH_TIMEOUT
     }
 }
 

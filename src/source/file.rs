@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use super::{FetchContext, Fetched, TokenSource};
 
-/// Why a token file could not be read. Every message names the path; none holds the token.
+/// Why a token file could not be read. The store's [`LoadError`](crate::LoadError) that
+/// wraps it names the path first; none of them holds the token.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileError {
     /// The file could not be opened or read (missing, permission denied, ...).
-    #[error("cannot read token file {path}: {source}")]
+    #[error("cannot read the file")]
     Read {
         /// The token file.
         path: PathBuf,
@@ -21,13 +22,13 @@ pub enum FileError {
         source: io::Error,
     },
     /// The path names a directory.
-    #[error("token file {path} is a directory")]
+    #[error("the path is a directory")]
     Directory {
         /// The token file.
         path: PathBuf,
     },
     /// The file is larger than the store accepts; it was not read.
-    #[error("token file {path} is {len} bytes, over the cap of {max} bytes")]
+    #[error("the file is {len} bytes, over the cap of {max} bytes")]
     TooLarge {
         /// The token file.
         path: PathBuf,
@@ -40,8 +41,8 @@ pub enum FileError {
     /// writer): no second read is started behind it, so a stuck file holds at most one
     /// blocking thread.
     #[error(
-        "an earlier read of token file {path} has been stuck for {stuck_for:?} \
-         (a dead mount, or a FIFO without a writer?); not starting another"
+        "an earlier read has been stuck for {stuck_for:?} (a dead mount, or a FIFO without \
+         a writer?); not starting another"
     )]
     Stuck {
         /// The token file.
@@ -51,7 +52,17 @@ pub enum FileError {
     },
 }
 
-/// A token file, read whole on every fetch (built by [`TokenFile`](crate::TokenFile)).
+/// A token file, read whole on every fetch.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), bearer_reload::LoadError> {
+/// use bearer_reload::TokenStore;
+/// use bearer_reload::source::FileSource;
+///
+/// let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+/// let store = TokenStore::builder(FileSource::new(path)).load().await?;
+/// # let _ = store; Ok(()) }
+/// ```
 ///
 /// Reads run on tokio's blocking pool, at most one at a time: the store's time limit
 /// gives up on a read that hangs, and until that read returns, later fetches fail at once
@@ -102,7 +113,7 @@ impl TokenSource for FileSource {
         let path = self.path.clone();
         let read = tokio::task::spawn_blocking(move || {
             let _idle = idle;
-            read_file(&path, cx.max_size)
+            read_file(&path, cx.max_size())
         });
         match read.await {
             Ok(result) => result.map(Fetched::new),
@@ -120,21 +131,6 @@ impl TokenSource for FileSource {
 
     fn path(&self) -> Option<&Path> {
         Some(&self.path)
-    }
-
-    /// The file's directory, canonical, and its name: two paths to one file (`./token`,
-    /// a symlinked directory) share a store. The file itself is not resolved: the
-    /// kubelet's `token` leads to a new file at every rotation.
-    fn share_key(&self) -> Option<String> {
-        let name = self.path.file_name()?;
-        let dir = match self.path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let dir = std::fs::canonicalize(dir)
-            .or_else(|_| std::path::absolute(dir))
-            .ok()?;
-        Some(dir.join(name).display().to_string())
     }
 
     fn default_refresh_interval(&self) -> Option<Duration> {

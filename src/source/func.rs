@@ -10,22 +10,26 @@ use super::{BoxError, FetchContext, Fetched, TokenSource};
 type LoadFn =
     dyn Fn() -> Pin<Box<dyn Future<Output = Result<Vec<u8>, BoxError>> + Send>> + Send + Sync;
 
-/// A closure given to [`TokenLoader`](crate::TokenLoader) failed.
+/// A named async closure returning the token's bytes: a secret manager's client, a
+/// command's output, anything this crate has no source for.
 ///
-/// Its message is the closure's own error after the loader's name: a closure must not put
-/// the token in its errors.
-#[derive(Debug, thiserror::Error)]
-#[error("token loader {name} failed: {source}")]
-pub struct LoaderError {
-    /// The loader's name.
-    pub name: String,
-    /// The closure's error.
-    #[source]
-    pub source: BoxError,
-}
-
-/// A named async closure returning the token's bytes (built by
-/// [`TokenLoader`](crate::TokenLoader)).
+/// The closure's error is the fetch's error, boxed: the store's
+/// [`LoadError`](crate::LoadError) names the source (`loader <name>`) before it, and
+/// [`LoadError::downcast_ref`](crate::LoadError::downcast_ref) gets it back. A closure must
+/// not put the token in its errors.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), bearer_reload::LoadError> {
+/// use bearer_reload::TokenStore;
+/// use bearer_reload::source::FnSource;
+///
+/// let source = FnSource::new("vault", || async { Ok::<_, std::io::Error>(b"abc".to_vec()) });
+/// let store = TokenStore::builder(source).load().await?;
+/// assert_eq!(store.current().header_value(), "Bearer abc");
+/// assert_eq!(store.status().source, "loader vault");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct FnSource {
     name: String,
@@ -59,16 +63,10 @@ impl fmt::Debug for FnSource {
 }
 
 impl TokenSource for FnSource {
-    type Error = LoaderError;
+    type Error = BoxError;
 
-    async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, LoaderError> {
-        (self.load)()
-            .await
-            .map(Fetched::new)
-            .map_err(|source| LoaderError {
-                name: self.name.clone(),
-                source,
-            })
+    async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, BoxError> {
+        (self.load)().await.map(Fetched::new)
     }
 
     fn describe(&self) -> String {
@@ -99,5 +97,16 @@ mod tests {
             source.default_refresh_interval(),
             Some(std::time::Duration::from_secs(60))
         );
+    }
+
+    #[tokio::test]
+    async fn the_closures_own_error_is_the_fetchs() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("vault is sealed")]
+        struct Sealed;
+        let source = FnSource::new("vault", || async { Err::<Vec<u8>, _>(Sealed) });
+        let err = source.fetch(FetchContext::default()).await.unwrap_err();
+        assert!(err.downcast_ref::<Sealed>().is_some());
+        assert_eq!(err.to_string(), "vault is sealed");
     }
 }

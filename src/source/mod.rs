@@ -9,21 +9,22 @@
 //!
 //! Provided here:
 //! - [`FileSource`]: a token file (a projected service-account token, a kubeconfig
-//!   `tokenFile`, a Vault agent sink), built by [`TokenFile`](crate::TokenFile);
-//! - [`FnSource`]: an async closure, built by [`TokenLoader`](crate::TokenLoader);
+//!   `tokenFile`, a Vault agent sink);
+//! - [`FnSource`]: an async closure;
 //! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
 //!   `kubelogin`, ...), see [`exec`];
 //! - [`TokenRequestSource`] (feature `kube`): audience-bound service-account tokens from the
 //!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
 //!
 //! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
-//! client-credentials flow) and build a store with [`StoreBuilder::from_source`]:
+//! client-credentials flow) and build a store on it with
+//! [`TokenStore::builder`](crate::TokenStore::builder):
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), bearer_reload::LoadError> {
 //! use std::time::{Duration, SystemTime};
-//! use bearer_reload::StoreBuilder;
+//! use bearer_reload::TokenStore;
 //! use bearer_reload::source::{FetchContext, Fetched, TokenSource};
 //!
 //! /// A client-credentials flow, here simulated: each token lives for five minutes.
@@ -34,7 +35,7 @@
 //!
 //!     async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, Self::Error> {
 //!         let expires = SystemTime::now() + Duration::from_secs(300);
-//!         Ok(Fetched::new("access-token-from-the-idp").expires_at(expires))
+//!         Ok(Fetched::new("access-token-from-the-idp").with_expires_at(expires))
 //!     }
 //!
 //!     fn describe(&self) -> String {
@@ -42,14 +43,12 @@
 //!     }
 //! }
 //!
-//! let store = StoreBuilder::from_source(ClientCredentials).load().await?;
+//! let store = TokenStore::builder(ClientCredentials).load().await?;
 //! assert_eq!(store.current().header_value(), "Bearer access-token-from-the-idp");
 //! // Refreshed before it expires, by the timer, with a margin.
 //! assert!(store.status().expires_at.is_some());
 //! # Ok(()) }
 //! ```
-//!
-//! [`StoreBuilder::from_source`]: crate::StoreBuilder::from_source
 #![cfg_attr(
     not(feature = "kube"),
     doc = "[`TokenRequestSource`]: crate#feature-flags"
@@ -71,21 +70,19 @@ mod token_request;
 
 pub use exec::{ExecError, ExecSource};
 pub use file::{FileError, FileSource};
-pub use func::{FnSource, LoaderError};
+pub use func::FnSource;
 #[cfg(feature = "kube")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
-pub use token_request::{
-    BoundObject, InvalidTokenRequest, TokenRequestBuilder, TokenRequestError, TokenRequestSource,
-};
+pub use token_request::{BoundObject, TokenRequestError, TokenRequestSource};
 
 /// How often a file (or a closure) is read again by default.
 pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long a fetch may take by default: a file read or a closure.
-pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The error type of closures given to [`TokenLoader`](crate::TokenLoader).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// Any error, boxed: what the store keeps of a source's error.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What a source returned: the token's bytes, and what the source knows about its dates.
 ///
@@ -108,37 +105,38 @@ impl Fetched {
         }
     }
 
-    /// When the token stops being valid (an `ExecCredential`'s `expirationTimestamp`, a
-    /// TokenRequest's `expirationTimestamp`, an OAuth2 `expires_in`). Without it the store
-    /// falls back on a JWT's `exp`.
+    /// Says when the token stops being valid (an `ExecCredential`'s
+    /// `expirationTimestamp`, a TokenRequest's `expirationTimestamp`, an OAuth2
+    /// `expires_in`). Without it the store falls back on a JWT's `exp`.
     ///
-    /// Unless [`refresh_at`](Self::refresh_at) says otherwise, the store's timer fetches
-    /// again before this moment, with a margin of a tenth of the token's lifetime (at least
-    /// a minute) and a jitter, so that a fleet of clients does not refresh in step.
-    pub fn expires_at(mut self, at: SystemTime) -> Self {
+    /// Unless [`with_refresh_at`](Self::with_refresh_at) says otherwise, the store's timer
+    /// fetches again before this moment, with a margin of a tenth of the token's lifetime
+    /// (at least a minute) and a jitter, so that a fleet of clients does not refresh in
+    /// step.
+    pub fn with_expires_at(mut self, at: SystemTime) -> Self {
         self.expires_at = Some(at);
         self
     }
 
-    /// When the source wants to be asked again, overriding the store's rule from the
+    /// Says when the source wants to be asked again, overriding the store's rule from the
     /// expiry (the kubelet's TokenManager, for example, refreshes at 80% of the lifetime).
-    pub fn refresh_at(mut self, at: SystemTime) -> Self {
+    pub fn with_refresh_at(mut self, at: SystemTime) -> Self {
         self.refresh_at = Some(at);
         self
     }
 
     /// The bytes.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 
     /// The expiry the source gave, if any.
-    pub fn expiry(&self) -> Option<SystemTime> {
+    pub(crate) fn expires_at(&self) -> Option<SystemTime> {
         self.expires_at
     }
 
     /// The refresh moment the source asked for, if any.
-    pub fn refresh_moment(&self) -> Option<SystemTime> {
+    pub(crate) fn refresh_at(&self) -> Option<SystemTime> {
         self.refresh_at
     }
 }
@@ -153,12 +151,9 @@ impl fmt::Debug for Fetched {
     }
 }
 
-/// Why the store asks a source for the token; sources that cache (a TokenRequest cache
-/// shared by several stores) use it to tell a routine refresh from a token the server has
-/// just refused.
+/// Why the store asks a source for the token: the label of its logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// The first fetch, when the store is built.
     Load,
     /// A call to [`TokenStore::reload`](crate::TokenStore::reload).
@@ -168,14 +163,13 @@ pub enum Trigger {
     /// The watcher saw the file change: an event in its directory, or in the directory of
     /// a symlink on the way to it.
     Watch,
-    /// A server refused the current token: a cached copy of it must not be handed out
-    /// again.
+    /// A server refused the current token.
     Unauthorized,
 }
 
 impl Trigger {
     /// A short lowercase name, for logs and metric labels.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Trigger::Load => "load",
             Trigger::Call => "call",
@@ -187,20 +181,24 @@ impl Trigger {
 }
 
 /// What the store tells a source about one fetch.
+///
+/// `FetchContext::default()` is the context of a fetch asked for by hand (a test calling
+/// a source directly): the default size cap, the system clock.
 #[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
 pub struct FetchContext {
-    /// Why the token is fetched.
-    pub trigger: Trigger,
-    /// The largest token the store accepts, in bytes: a source that reads a stream (a file,
-    /// a process's output) can stop reading one byte past it.
-    pub max_size: usize,
+    trigger: Trigger,
+    max_size: usize,
     clock: Clock,
 }
 
+impl Default for FetchContext {
+    fn default() -> Self {
+        Self::new(Trigger::Call, crate::token::DEFAULT_MAX_SIZE)
+    }
+}
+
 impl FetchContext {
-    /// A context for `trigger` and `max_size` (for calling a source by hand, in tests).
-    pub fn new(trigger: Trigger, max_size: usize) -> Self {
+    pub(crate) fn new(trigger: Trigger, max_size: usize) -> Self {
         Self {
             trigger,
             max_size,
@@ -214,6 +212,24 @@ impl FetchContext {
         self
     }
 
+    /// Why the token is fetched.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn trigger(&self) -> Trigger {
+        self.trigger
+    }
+
+    /// Whether a server has just refused the current token (an HTTP 401): a source that
+    /// keeps a cache of its own must not answer from it.
+    pub fn refused(&self) -> bool {
+        self.trigger == Trigger::Unauthorized
+    }
+
+    /// The largest token the store accepts, in bytes: a source that reads a stream (a file,
+    /// a process's output) can stop reading one byte past it.
+    pub fn max_size(&self) -> usize {
+        self.max_size
+    }
+
     /// The wall-clock time now, as the store reads it: a source that works out dates from
     /// the present (when to refresh a token the server dated) uses it, so that it agrees
     /// with the store (and with a test's simulated clock).
@@ -223,25 +239,30 @@ impl FetchContext {
 }
 
 /// Where a token comes from. Implement it for a kind of source and build a store on it
-/// with [`StoreBuilder::from_source`](crate::StoreBuilder::from_source); see the [module docs](self).
+/// with [`TokenStore::builder`](crate::TokenStore::builder); see the [module docs](self).
 ///
 /// The store guarantees what makes a source simple to write:
 /// - `fetch` is never running twice at once for one store, however many callers, 401s and
 ///   timers ask at the same moment;
-/// - a fetch that takes longer than the store's `read_timeout` is dropped (its future is
+/// - a fetch that takes longer than the store's
+///   [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) is dropped (its future is
 ///   dropped: a child process spawned with `kill_on_drop` dies with it) and counts as a
 ///   failure;
 /// - a failed fetch, or bytes that are not a valid token, never replace the last good
 ///   token; the store reports the error, naming the source by [`describe`], and the next
 ///   trigger (the timer backs off, from a second up to its period) tries again.
 ///
-/// `Error`'s message must name the source and the problem, never the token: it is
-/// logged and shown in `status()`.
+/// `Error`'s message must name the problem, never the token: it is logged and shown in
+/// `status()`, after the source's [`describe`] (so it need not repeat it). Any
+/// `std::error::Error + Send + Sync` will do, and so will a `Box<dyn Error + Send + Sync>`.
+///
+/// A store is shared by cloning it: two stores built on two sources that read the same
+/// thing are two stores, each with its own fetches.
 ///
 /// [`describe`]: TokenSource::describe
 pub trait TokenSource: Send + Sync + 'static {
     /// The error of a failed fetch.
-    type Error: std::error::Error + Send + Sync + 'static;
+    type Error: Into<BoxError>;
 
     /// Fetches the current token.
     fn fetch(&self, cx: FetchContext) -> impl Future<Output = Result<Fetched, Self::Error>> + Send;
@@ -256,17 +277,9 @@ pub trait TokenSource: Send + Sync + 'static {
         None
     }
 
-    /// What this source reads, for sharing: in one process, stores built on sources of the
-    /// same type with equal keys and the same options are one store (one fetch per
-    /// trigger, one timer, one watch), and the later `load`s return the first store. The
-    /// default, `None`, never shares.
-    fn share_key(&self) -> Option<String> {
-        None
-    }
-
     /// How often the store fetches again when nothing else asks, unless the builder says
     /// otherwise. The default, `None`, leaves it to the token's dates (see
-    /// [`Fetched::expires_at`]) and to unauthorized responses: right for a source that
+    /// [`Fetched::with_expires_at`]) and to unauthorized responses: right for a source that
     /// says when its tokens expire, and for one whose tokens are used until the server
     /// refuses them. A file says 60 s: a cheap read, the backstop for a missed event.
     fn default_refresh_interval(&self) -> Option<Duration> {
@@ -274,11 +287,11 @@ pub trait TokenSource: Send + Sync + 'static {
     }
 
     /// How long one fetch may take before the store gives up on it, unless the builder
-    /// says otherwise ([`read_timeout`](crate::StoreBuilder::read_timeout)). The default,
-    /// 10 s, suits a file read or a call to a nearby service; an exec plugin that logs in
-    /// somewhere says 60 s.
-    fn default_read_timeout(&self) -> Duration {
-        DEFAULT_READ_TIMEOUT
+    /// says otherwise ([`fetch_timeout`](crate::StoreBuilder::fetch_timeout)). The
+    /// default, 10 s, suits a file read or a call to a nearby service; an exec plugin that
+    /// logs in somewhere says 60 s.
+    fn default_fetch_timeout(&self) -> Duration {
+        DEFAULT_FETCH_TIMEOUT
     }
 }
 
@@ -295,7 +308,7 @@ pub(crate) trait DynSource: Send + Sync + 'static {
 impl<S: TokenSource> DynSource for S {
     fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_> {
         let fetch = self.fetch(cx);
-        Box::pin(async move { fetch.await.map_err(|e| Box::new(e) as _) })
+        Box::pin(async move { fetch.await.map_err(Into::into) })
     }
 }
 
@@ -306,7 +319,7 @@ mod tests {
     #[test]
     fn debug_shows_the_length_and_dates_not_the_bytes() {
         let fetched = Fetched::new(b"a-secret-token".to_vec())
-            .expires_at(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
+            .with_expires_at(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
         let shown = format!("{fetched:?}");
         assert!(shown.starts_with("Fetched"), "{shown}");
         assert!(shown.contains("len: 14"), "{shown}");

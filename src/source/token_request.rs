@@ -3,7 +3,6 @@
 //! type's docs say how.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use ::kube::Client;
@@ -11,13 +10,15 @@ use ::kube::api::PostParams;
 
 use super::{FetchContext, Fetched, TokenSource};
 
-mod builder;
 mod error;
 mod kubelet;
+mod spec;
 mod wire;
 
-pub use builder::{BoundObject, TokenRequestBuilder};
-pub use error::{InvalidTokenRequest, TokenRequestError};
+pub use error::TokenRequestError;
+pub use spec::BoundObject;
+
+use spec::{DEFAULT_EXPIRATION, Spec};
 
 /// Tokens of a service account from the Kubernetes TokenRequest API, refreshed the way the
 /// kubelet refreshes them.
@@ -25,8 +26,8 @@ pub use error::{InvalidTokenRequest, TokenRequestError};
 /// A workload that calls Vault, or another service that checks a token's audience, asks the
 /// API server for a token of a service account with that audience
 /// (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`). This source makes that
-/// request with a [`kube::Client`]; the store built on it keeps the token
-/// fresh:
+/// request with a [`kube::Client`], whose own credentials must allow it (RBAC: `create` on
+/// `serviceaccounts/token`); the store built on it keeps the token fresh:
 ///
 /// - **Refresh**: each token asks to be fetched again at the kubelet's point (its
 ///   TokenManager's `requiresRefresh`): `exp − 20% of the TTL − jitter` or
@@ -37,148 +38,170 @@ pub use error::{InvalidTokenRequest, TokenRequestError};
 ///   timer retries after 1 s, 2 s, 4 s ..., never waiting past half the time the token has
 ///   left, and the store's [`status`](crate::TokenStore::status) shows the error, and
 ///   `Freshness::Expired` once the token has expired. kube's own retry of 429/503/504 (on
-///   by default in `kube::Config`) runs inside each fetch until the store's `read_timeout`
-///   ends it: turn it off (`default_retry = false`) to leave retries to the store.
-/// - **401**: with [`RetryUnauthorized`](crate::RetryUnauthorized) (or the plain layer's
-///   reload), a token the server refuses is replaced at once, by a new request: this source
-///   keeps no cache of its own, so a revoked token (a service account deleted and created
-///   again, kubernetes#132802) is never handed out again.
-/// - **Sharing**: sources for the same cluster, namespace, service account, audiences,
-///   `expirationSeconds` and bound object have one [`share_key`](TokenSource::share_key):
-///   every store built on them with the same options is one store, so two layers that ask
-///   for the same audience cause one API call per refresh window, not two.
+///   by default in `kube::Config`) runs inside each fetch until the store's
+///   [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) ends it: turn it off
+///   (`default_retry = false`) to leave retries to the store.
+/// - **401**: with [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) (or the
+///   plain layer's reload), a token the server refuses is replaced at once, by a new
+///   request: this source keeps no cache of its own, so a revoked token (a service account
+///   deleted and created again, kubernetes#132802) is never handed out again.
+/// - **Identities**: every fetch is made with this source's client, and its store is this
+///   source's alone: a client whose credentials may not create the token gets the API
+///   server's 403, never a token another client was given. Two layers that need the same
+///   token share it by sharing one store (clone it), which makes one API call per refresh
+///   window between them.
+/// - **Bad requests**: what the API would refuse (an `expirationSeconds` under 600, a name
+///   that is not a Kubernetes name, an empty audience) fails the first fetch, that is
+///   [`load`](crate::StoreBuilder::load), with an error naming the account, before any
+///   request is made.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use bearer_reload::{BearerLayer, RetryUnauthorized, StoreBuilder};
+/// use bearer_reload::{BearerLayer, TokenStore};
 /// use bearer_reload::source::TokenRequestSource;
 ///
-/// let config = kube::Config::infer().await?;
-/// let client = kube::Client::try_from(config.clone())?;
-/// let source = TokenRequestSource::builder(client, &config.cluster_url)
-///     .service_account("payments")   // in the client's default namespace
+/// let client = kube::Client::try_default().await?;
+/// let source = TokenRequestSource::new(client, "payments") // in the client's default namespace
 ///     .audience("vault")
-///     .expiration(Duration::from_secs(600))
-///     .build()?;
-/// let store = StoreBuilder::from_source(source).load().await?;
-/// let layer = BearerLayer::new(store).retry_unauthorized(RetryUnauthorized::new());
+///     .expiration(Duration::from_secs(600));
+/// let store = TokenStore::builder(source).load().await?;
+/// let layer = BearerLayer::new(store).retry_unauthorized();
 /// // ServiceBuilder::new().layer(layer).service(http_client_to_vault) ...
 /// # let _ = layer; Ok(()) }
 /// ```
 ///
-/// Built by [`TokenRequestSource::builder`]; every fetch is one API call: the store is the
-/// cache.
+/// Every fetch is one API call: the store is the cache.
 ///
 /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
 #[derive(Clone)]
 pub struct TokenRequestSource {
     client: Client,
-    /// `/api/v1/namespaces/{ns}/serviceaccounts`.
-    path: String,
-    name: String,
-    expiration: Duration,
-    /// The request's body, the same for every fetch.
-    body: Vec<u8>,
-    /// [`describe`](TokenSource::describe)'s text, which every error starts with.
-    account: Arc<str>,
-    key: String,
-    /// Drawn from the key, so that each token's jitter is its own.
-    seed: u64,
+    spec: Spec,
 }
 
 impl fmt::Debug for TokenRequestSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TokenRequestSource")
-            .field("account", &self.account)
-            .field("expiration", &self.expiration)
+            .field("namespace", &self.spec.namespace)
+            .field("service_account", &self.spec.name)
+            .field("audiences", &self.spec.audiences)
+            .field("expiration", &self.spec.expiration)
+            .field("bound", &self.spec.bound)
             .finish_non_exhaustive()
     }
 }
 
 impl TokenRequestSource {
-    /// A builder for tokens requested with `client` from the API server at `cluster`.
-    ///
-    /// `cluster` is the URL the client talks to (`kube::Config::cluster_url`): it tells
-    /// apart clients of different clusters, which must not share a token. Stores are shared
-    /// within the process whatever the client's own credentials: build the sources of one
-    /// process with clients that may all create these tokens.
-    pub fn builder(client: Client, cluster: impl fmt::Display) -> TokenRequestBuilder {
-        TokenRequestBuilder::new(client, cluster.to_string())
+    /// Tokens of `service_account`, in the client's default namespace, requested with
+    /// `client`: for the API server's own audiences, living an hour (the API's default).
+    pub fn new(client: Client, service_account: impl Into<String>) -> Self {
+        let namespace = client.default_namespace().to_owned();
+        Self {
+            client,
+            spec: Spec {
+                namespace,
+                name: service_account.into(),
+                audiences: Vec::new(),
+                expiration: DEFAULT_EXPIRATION,
+                bound: None,
+            },
+        }
     }
 
-    /// The `expirationSeconds` asked for.
-    pub fn expiration(&self) -> Duration {
-        self.expiration
+    /// The namespace of the service account (default: the client's default namespace).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.spec.namespace = namespace.into();
+        self
+    }
+
+    /// Adds an audience (`spec.audiences`): the service that checks the token. Without
+    /// any, the token is for the API server's own audiences.
+    pub fn audience(mut self, audience: impl Into<String>) -> Self {
+        self.spec.audiences.push(audience.into());
+        self
+    }
+
+    /// Adds several audiences.
+    pub fn audiences<I: IntoIterator<Item = impl Into<String>>>(mut self, audiences: I) -> Self {
+        self.spec
+            .audiences
+            .extend(audiences.into_iter().map(Into::into));
+        self
+    }
+
+    /// How long each token lives (`spec.expirationSeconds`, whole seconds; default one
+    /// hour, the API's default). The API refuses less than 10 minutes, and so does the
+    /// first fetch. The API server may shorten it (its
+    /// `--service-account-max-token-expiration`); the refresh follows what it answers.
+    pub fn expiration(mut self, lifetime: Duration) -> Self {
+        self.spec.expiration = lifetime;
+        self
+    }
+
+    /// Binds each token to an object (`spec.boundObjectRef`), such as the workload's pod.
+    pub fn bound_to(mut self, object: BoundObject) -> Self {
+        self.spec.bound = Some(object);
+        self
     }
 }
 
 impl TokenSource for TokenRequestSource {
     type Error = TokenRequestError;
 
-    /// Asks the API server for a new token, whatever the trigger: on
-    /// [`Trigger::Unauthorized`](super::Trigger::Unauthorized) above all, nothing cached may
-    /// answer.
+    /// Asks the API server for a new token, whatever the trigger: after a 401 above all,
+    /// nothing cached may answer.
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, TokenRequestError> {
-        let request = ::kube::core::Request::new(&self.path)
+        let checked = self.spec.check()?;
+        let request = ::kube::core::Request::new(&checked.path)
             .create_subresource(
                 "token",
-                &self.name,
+                &self.spec.name,
                 &PostParams::default(),
-                self.body.clone(),
+                checked.body,
             )
-            .map_err(|e| {
-                TokenRequestError::from_kube(&self.account, ::kube::Error::BuildRequest(e))
-            })?;
+            .map_err(|e| TokenRequestError::from_kube(::kube::Error::BuildRequest(e)))?;
         let body = self
             .client
             .request_text(request)
             .await
-            .map_err(|e| TokenRequestError::from_kube(&self.account, e))?;
-        let issued = wire::parse_response(&body, self.expiration).map_err(|problem| {
-            TokenRequestError::Response {
-                account: self.account.clone(),
-                problem,
-            }
-        })?;
+            .map_err(TokenRequestError::from_kube)?;
+        let issued = wire::parse_response(&body, checked.expiration)
+            .map_err(|problem| TokenRequestError::Response { problem })?;
         drop(body);
         let secs = issued
             .expires_at
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let jitter = kubelet::jitter(self.seed ^ secs);
+        let jitter = kubelet::jitter(checked.seed ^ secs);
         let refresh = kubelet::refresh_point(cx.now(), issued.expires_at, issued.ttl, jitter);
         tracing::debug!(
-            source = %self.account,
-            trigger = cx.trigger.as_str(),
+            source = %self.describe(),
+            trigger = cx.trigger().as_str(),
             expires_at = %crate::clock::Rfc3339(issued.expires_at),
             refresh_at = %crate::clock::Rfc3339(refresh),
             "TokenRequest answered"
         );
         Ok(Fetched::new(issued.token)
-            .expires_at(issued.expires_at)
-            .refresh_at(refresh))
+            .with_expires_at(issued.expires_at)
+            .with_refresh_at(refresh))
     }
 
+    /// `serviceaccount team-a/payments (TokenRequest, audiences: vault)`.
     fn describe(&self) -> String {
-        self.account.to_string()
+        let mut audiences = self.spec.audiences.clone();
+        audiences.sort();
+        audiences.dedup();
+        let audiences = if audiences.is_empty() {
+            "the API server's".to_owned()
+        } else {
+            audiences.join(", ")
+        };
+        format!(
+            "serviceaccount {}/{} (TokenRequest, audiences: {audiences})",
+            self.spec.namespace, self.spec.name
+        )
     }
-
-    /// The cluster, namespace, service account, audiences (sorted), `expirationSeconds` and
-    /// bound object: the kubelet's cache key, with the cluster.
-    fn share_key(&self) -> Option<String> {
-        Some(self.key.clone())
-    }
-}
-
-/// `serviceaccount team-a/payments (TokenRequest, audiences: vault)`.
-pub(super) fn describe(namespace: &str, name: &str, audiences: &[String]) -> String {
-    let audiences = if audiences.is_empty() {
-        "the API server's".to_owned()
-    } else {
-        audiences.join(", ")
-    };
-    format!("serviceaccount {namespace}/{name} (TokenRequest, audiences: {audiences})")
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ impl ExpiryWarnings {
             }
             Freshness::Overdue if first(&self.overdue) => {
                 let warnafter = claims
-                    .and_then(|c| c.warnafter())
+                    .and_then(|c| c.warnafter)
                     .map(|t| display(Rfc3339(t)));
                 tracing::warn!(
                     %source,

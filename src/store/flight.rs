@@ -11,6 +11,7 @@
 //! The task holds only a weak reference to the store and the source, so it never keeps
 //! a dropped store alive; the store aborts it when dropped.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -50,9 +51,9 @@ pub(crate) enum Recency {
 
 /// A request for a read: who asked, and whether its failure is reported.
 #[derive(Debug, Clone, Copy)]
-struct Ask {
-    trigger: Trigger,
-    report: OnFailure,
+pub(crate) struct Ask {
+    pub(crate) trigger: Trigger,
+    pub(crate) report: OnFailure,
 }
 
 impl Ask {
@@ -73,6 +74,17 @@ pub(crate) struct Flight {
     running: Option<(Ask, AbortHandle)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
+    /// A read asked for by a 401 to the current token, and that token's generation: until
+    /// the read ends, requests that would carry the token wait for it (the store's word
+    /// has its `REFUSED` flag set meanwhile).
+    pub(crate) refusal: Option<Refusal>,
+}
+
+/// A read a refused token waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) read: u64,
+    pub(crate) generation: u64,
 }
 
 impl Flight {
@@ -117,15 +129,20 @@ pub(crate) enum Ticket {
 
 impl Shared {
     /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
-    pub(crate) fn ask(
-        self: &Arc<Self>,
-        wanted: u64,
-        trigger: Trigger,
-        report: OnFailure,
-    ) -> Ticket {
-        let ask = Ask { trigger, report };
+    /// With `refused`, the generation of a token a server just refused: requests that
+    /// would carry it wait for the read (see [`Flight::refusal`]).
+    pub(crate) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask, refused: Option<u64>) -> Ticket {
         let mut guard = lock(&self.flight);
-        let flight = &mut *guard;
+        let ticket = self.ask_locked(&mut guard, wanted, ask);
+        if let (Ticket::Wait(read), Some(generation)) = (&ticket, refused) {
+            let read = guard.refusal.map_or(*read, |r| r.read.max(*read));
+            guard.refusal = Some(Refusal { read, generation });
+            self.word.fetch_or(super::word::REFUSED, Ordering::AcqRel);
+        }
+        ticket
+    }
+
+    fn ask_locked(self: &Arc<Self>, flight: &mut Flight, wanted: u64, ask: Ask) -> Ticket {
         if let Some((running, _)) = &mut flight.running {
             if flight.started >= wanted {
                 *running = running.merge(ask);
@@ -143,10 +160,11 @@ impl Shared {
         drop(done);
         flight.started += 1;
         let n = flight.started;
+        let trigger = ask.trigger;
         // The caller's runtime, which is being driven right now; the store's own (where
         // it was built) when called from outside any runtime.
         let runtime =
-            tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone());
+            tokio::runtime::Handle::try_current().unwrap_or_else(|_| lock(&self.runtime).clone());
         let task = runtime.spawn(read_loop(
             Arc::downgrade(self),
             self.source.clone(),
@@ -173,6 +191,7 @@ impl Shared {
         if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
             self.report_failure(error, trigger);
         }
+        self.end_refusal(&mut flight, n);
         self.done.send_replace(Done {
             read: n,
             result: Some(result),
@@ -190,6 +209,16 @@ impl Shared {
                 flight.running = None;
                 None
             }
+        }
+    }
+}
+
+impl Shared {
+    /// Read `n` is over: requests held for a refusal it answers go ahead.
+    fn end_refusal(&self, flight: &mut Flight, n: u64) {
+        if flight.refusal.is_some_and(|r| r.read <= n) {
+            flight.refusal = None;
+            self.word.fetch_and(!super::word::REFUSED, Ordering::AcqRel);
         }
     }
 }
@@ -235,7 +264,7 @@ async fn read_loop(
     };
     loop {
         let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
-        let fetched = fetch(&*source, &origin, config.read_timeout, cx).await;
+        let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await;
         let Some(shared) = store.upgrade() else {
             return;
         };
@@ -283,6 +312,8 @@ impl Drop for Unfinished {
             flight.started += 1;
         }
         flight.running = None;
+        let started = flight.started;
+        shared.end_refusal(&mut flight, started);
         shared.done.send_replace(Done {
             read: flight.started,
             result: Some(Err(error)),

@@ -1,7 +1,6 @@
 //! Installing a fetched token: validate it, keep the last good one, bump the generation.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::{Config, Counters, LoadError, Reloaded, Shared};
 use crate::source::{Fetched, Trigger};
@@ -18,11 +17,11 @@ pub(super) fn token_of(
         origin: origin.clone(),
         source,
     };
-    let token = Token::parse(fetched.bytes(), config.max_size).map_err(invalid)?;
+    let token = Token::parse_capped(fetched.bytes(), config.max_size).map_err(invalid)?;
     Ok(token.with_source_dates(
         config.clock.now(),
-        fetched.expiry(),
-        fetched.refresh_moment(),
+        fetched.expires_at(),
+        fetched.refresh_at(),
     ))
 }
 
@@ -38,9 +37,7 @@ impl Shared {
         let old = self.current.load_full();
         if old.same_secret(&token) {
             tracing::trace!(trigger = trigger.as_str(), token = %old.fingerprint(), "token unchanged");
-            return Ok(Reloaded::Unchanged {
-                generation: old.generation(),
-            });
+            return Ok(Reloaded::Unchanged);
         }
         let from = old.generation();
         let to = from + 1;
@@ -53,9 +50,9 @@ impl Shared {
             "token rotated"
         );
         self.current.store(Arc::new(token));
-        self.generation.store(to, Ordering::Release);
+        self.set_generation(to);
         Counters::bump(&self.counters.rotations);
         self.generations.send_replace(to);
-        Ok(Reloaded::Rotated { from, to })
+        Ok(Reloaded::Rotated)
     }
 }

@@ -7,7 +7,7 @@
 //! only when it is valid, and otherwise keeps the last good token and reports the error.
 //!
 //! The store spawns only its reads. The timer and the watcher that keep it fresh are
-//! started by the [builder](crate::StoreBuilder) and hold a weak [`Handle`]: they stop
+//! started by the [builder](crate::StoreBuilder) and hold a weak reference: they stop
 //! when the last `TokenStore` clone is dropped.
 //!
 //! [`ArcSwap`]: https://docs.rs/arc-swap/1/arc_swap/type.ArcSwap.html
@@ -15,12 +15,17 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use bearer_reload::TokenFile;
+//! use bearer_reload::TokenStore;
+//! use bearer_reload::source::FileSource;
 //!
 //! let dir = tempfile::tempdir()?;
 //! let path = dir.path().join("token");
 //! std::fs::write(&path, "first\n")?;
-//! let store = TokenFile::new(&path).watch(false).refresh_interval(None).load().await?;
+//! let store = TokenStore::builder(FileSource::new(&path))
+//!     .no_watch()
+//!     .refresh_interval(None)
+//!     .load()
+//!     .await?;
 //! assert_eq!(store.generation(), 1);
 //!
 //! std::fs::write(&path, "second\n")?;
@@ -38,7 +43,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -49,31 +54,47 @@ use crate::source::{DynSource, FetchContext, Trigger};
 use crate::sync::lock;
 use crate::token::Token;
 
+mod background;
 mod error;
 mod expiry;
 mod flight;
-mod handle;
 mod install;
-mod live;
+mod refused;
 mod status;
 mod telemetry;
-mod unauthorized;
+mod weak;
 
+pub(crate) use error::Chain;
 pub use error::LoadError;
+pub use status::{Status, WatchState};
+
+pub(crate) use background::Start;
 pub(crate) use flight::{OnFailure, Recency};
-pub use handle::Handle;
 pub(crate) use status::RetryOutcome;
-pub use status::{Status, UnauthorizedStats, WatchState};
+pub(crate) use weak::WeakStore;
 
 use expiry::ExpiryWarnings;
 use flight::{Done, Flight, Ticket};
 use install::token_of;
-pub(crate) use live::StoreId;
-#[cfg(feature = "metrics")]
-pub(crate) use live::live;
+use refused::UnauthorizedRead;
 use status::Counters;
 use telemetry::Telemetry;
-use unauthorized::UnauthorizedRead;
+
+/// The store's word: the current generation, and two flags that send every request
+/// through the layer's slow path while they are set.
+///
+/// A request's one atomic load compares the word with its cached token's generation: equal
+/// means "the cached token is current and nothing needs the layer's attention".
+mod word {
+    /// The store's refresher stopped while the store lives (its runtime shut down): the
+    /// next request (or `reload`) from a live runtime starts it again.
+    pub(super) const STOPPED: u64 = 1 << 63;
+    /// A read asked for by a 401 to the current token is in flight: requests that would
+    /// carry the refused token wait for it at readiness.
+    pub(super) const REFUSED: u64 = 1 << 62;
+    /// The generation's bits.
+    pub(super) const GENERATION: u64 = REFUSED - 1;
+}
 
 /// What the store needs to know of its options.
 #[derive(Debug, Clone)]
@@ -81,50 +102,30 @@ pub(crate) struct Config {
     /// The `source` label of the store's metrics; its source's description when `None`.
     pub(crate) name: Option<String>,
     pub(crate) max_size: usize,
-    pub(crate) read_timeout: Duration,
+    pub(crate) fetch_timeout: Duration,
     pub(crate) unauthorized_interval: Duration,
     pub(crate) clock: Clock,
 }
 
-/// What a successful reload did.
+/// What a successful read did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reloaded {
+pub(crate) enum Reloaded {
     /// The source holds the same token as before; the generation is unchanged.
-    Unchanged {
-        /// The current generation.
-        generation: u64,
-    },
+    Unchanged,
     /// A new token was installed.
-    Rotated {
-        /// The generation it replaced.
-        from: u64,
-        /// The new generation.
-        to: u64,
-    },
-}
-
-impl Reloaded {
-    /// The generation current after the reload.
-    pub fn generation(&self) -> u64 {
-        match *self {
-            Reloaded::Unchanged { generation } => generation,
-            Reloaded::Rotated { to, .. } => to,
-        }
-    }
+    Rotated,
 }
 
 pub(crate) struct Shared {
-    /// This store's number in [`LIVE`].
-    id: StoreId,
     current: ArcSwap<Token>,
-    /// Mirrors `current.generation`, written after it: one atomic load tells a cached
-    /// header whether it is still current.
-    generation: AtomicU64,
+    /// The generation of `current` and the flags of [`word`], written after `current`.
+    word: AtomicU64,
     source: Arc<dyn DynSource>,
     origin: Arc<str>,
     config: Config,
-    /// Where the store's reads run: the runtime it was built in.
-    runtime: tokio::runtime::Handle,
+    /// Where the store's reads run when the caller is outside any runtime: the runtime it
+    /// was built in, or the one that last restarted its refresher.
+    runtime: Mutex<tokio::runtime::Handle>,
     flight: Mutex<Flight>,
     done: watch::Sender<Done>,
     generations: watch::Sender<u64>,
@@ -134,6 +135,9 @@ pub(crate) struct Shared {
     watch_state: Mutex<WatchState>,
     expiry: ExpiryWarnings,
     telemetry: Telemetry,
+    /// How to start the refresher again when it stops while the store lives; unset for a
+    /// store whose refresher the caller runs ([`StoreBuilder::pair`](crate::StoreBuilder::pair)).
+    restart: OnceLock<Start>,
 }
 
 impl Drop for Shared {
@@ -142,18 +146,20 @@ impl Drop for Shared {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .abort();
-        self.id.forget();
     }
 }
 
 /// The current token of one source, shared by every request: cheap to clone, lock-free to
 /// read.
 ///
-/// Built by [`StoreBuilder::load`](crate::StoreBuilder::load) (through
-/// [`TokenFile`](crate::TokenFile), [`TokenLoader`](crate::TokenLoader) or
-/// [`StoreBuilder::from_source`](crate::StoreBuilder::from_source)); every clone is the same
-/// store. Background refreshers (timer, watcher) hold only a weak [`Handle`]: they stop
-/// when the last `TokenStore` clone, including those inside layers, is dropped.
+/// Built by [`TokenStore::builder`] on any [`TokenSource`](crate::source::TokenSource);
+/// every clone is the same store, and cloning is how a store is shared (by several layers,
+/// several clients, a health check). Nothing else shares it: two stores built on the same
+/// file, plugin or service account are two stores.
+///
+/// The store's background work (its timer, and for a file its watcher) holds only a weak
+/// reference: it stops when the last `TokenStore` clone, including those inside layers, is
+/// dropped.
 #[derive(Clone)]
 pub struct TokenStore {
     shared: Arc<Shared>,
@@ -178,23 +184,21 @@ impl TokenStore {
     ) -> Result<Self, LoadError> {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
-        let fetched = flight::fetch(&*source, &origin, config.read_timeout, cx).await?;
+        let fetched = flight::fetch(&*source, &origin, config.fetch_timeout, cx).await?;
         let first = token_of(fetched, &origin, &config)?.with_generation(1);
         tracing::info!(source = %origin, token = %first, "token loaded");
-        let id = StoreId::next();
         let label = config
             .name
             .as_deref()
             .map_or_else(|| origin.clone(), Arc::from);
         let store = TokenStore {
             shared: Arc::new(Shared {
-                id,
                 current: ArcSwap::from_pointee(first),
-                generation: AtomicU64::new(1),
+                word: AtomicU64::new(1),
                 source,
                 origin,
                 config,
-                runtime: tokio::runtime::Handle::current(),
+                runtime: Mutex::new(tokio::runtime::Handle::current()),
                 flight: Mutex::new(Flight::new()),
                 done: watch::Sender::new(Done {
                     read: 1,
@@ -210,27 +214,26 @@ impl TokenStore {
                 watch_state: Mutex::new(WatchState::Off),
                 expiry: ExpiryWarnings::default(),
                 telemetry: Telemetry::new(label),
+                restart: OnceLock::new(),
             }),
         };
         store
             .shared
             .telemetry
-            .reload(Trigger::Load, &Ok(Reloaded::Unchanged { generation: 1 }));
+            .reload(Trigger::Load, &Ok(Reloaded::Unchanged));
         store.shared.telemetry.watch_state(&WatchState::Off);
-        StoreId::register(&store.shared);
         store.shared.check_expiry();
         Ok(store)
     }
 
-    /// The store's number, to find it again after a 401 without holding it.
-    #[inline]
-    pub(crate) fn id(&self) -> StoreId {
-        self.shared.id
+    /// A weak reference, for background work that must not keep the store alive.
+    pub(crate) fn downgrade(&self) -> WeakStore {
+        WeakStore::new(Arc::downgrade(&self.shared))
     }
 
-    /// A weak handle, for background work that must not keep the store alive.
-    pub fn downgrade(&self) -> Handle {
-        Handle::new(Arc::downgrade(&self.shared))
+    /// A number of this store's own while it lives, for drawing its timer's jitter.
+    pub(crate) fn jitter_key(&self) -> u64 {
+        Arc::as_ptr(&self.shared) as usize as u64
     }
 
     /// Whether both are clones of the same store.
@@ -245,16 +248,31 @@ impl TokenStore {
 
     /// The current token's generation: 1 for the first token, one more for each new one.
     pub fn generation(&self) -> u64 {
-        self.shared.generation.load(Ordering::Acquire)
+        self.shared.word.load(Ordering::Acquire) & word::GENERATION
     }
 
-    /// Whether `cached` is still the current token. One atomic load.
+    /// Whether `cached` is still the current token and the store needs nothing of the
+    /// request path. One atomic load.
     #[inline]
     pub(crate) fn is_current(&self, cached: &Token) -> bool {
-        self.shared.generation.load(Ordering::Acquire) == cached.generation()
+        self.shared.word.load(Ordering::Acquire) == cached.generation()
     }
 
-    /// Reads the source again and installs its token if it is valid and new.
+    /// The request path's slow path, when [`is_current`](Self::is_current) said no: the
+    /// current token if `cached` is not it, and the refresher started again if it stopped.
+    #[cold]
+    pub(crate) fn catch_up(&self, cached: &mut Arc<Token>) {
+        let word = self.shared.word.load(Ordering::Acquire);
+        if word & word::GENERATION != cached.generation() {
+            *cached = self.current();
+        }
+        if word & word::STOPPED != 0 {
+            self.revive();
+        }
+    }
+
+    /// Reads the source again and installs its token if it is valid and new; returns the
+    /// token current after the read.
     ///
     /// Callers that arrive while a read is in flight share its result (a read that may have
     /// started before the caller's own last write; the watcher, the timer and 401s always
@@ -262,13 +280,21 @@ impl TokenStore {
     /// dropping this future does not cancel it. On failure the last good token stays in
     /// use and the error is returned (and shown in [`status`]).
     ///
+    /// Called from a tokio runtime, it also starts the store's refresher again if the
+    /// runtime that ran it shut down (see [`WatchState::Stopped`]).
+    ///
     /// [`status`]: TokenStore::status
-    pub async fn reload(&self) -> Result<Reloaded, LoadError> {
-        let handle = self.downgrade();
-        let result = handle
+    pub async fn reload(&self) -> Result<Arc<Token>, LoadError> {
+        if self.shared.word.load(Ordering::Acquire) & word::STOPPED != 0 {
+            self.revive();
+        }
+        let result = self
+            .downgrade()
             .reload(Trigger::Call, Recency::InFlight, OnFailure::Report)
             .await;
-        result.expect("the store outlives the call")
+        result
+            .expect("the store outlives the call")
+            .map(|_| self.current())
     }
 
     /// A receiver of generation numbers, updated each time a new token is installed.
@@ -296,13 +322,34 @@ impl TokenStore {
             failures: get(&c.failures),
             last_error: lock(&s.last_error).clone(),
             watch: lock(&s.watch_state).clone(),
-            unauthorized: c.unauthorized(),
+            unauthorized: get(&c.unauthorized_seen),
+            unauthorized_reloads: get(&c.unauthorized_reloads),
+            retries: get(&c.retries),
+            retries_succeeded: get(&c.retries_succeeded),
             stalled_since: s.expiry.stalled_since(&current),
         }
     }
 
-    /// Counts how a retry went.
-    pub(crate) fn count_retry(&self, outcome: RetryOutcome) {
+    /// Puts the newest token on a request about to be sent again after a 401, and counts
+    /// the retry. The newest now, not the one the reload brought: the drain and the wait
+    /// for the service may outlast another rotation, and a server that revokes at
+    /// rotation would refuse the older one.
+    pub(crate) fn resend(&self, headers: &mut http::HeaderMap) {
+        let token = self.current();
+        headers.insert(http::header::AUTHORIZATION, token.header_value().clone());
+        self.count_retry(RetryOutcome::Sent);
+    }
+
+    /// Counts how a request sent again went: `refused` when it met a 401 too.
+    pub(crate) fn count_resent(&self, refused: bool) {
+        self.count_retry(if refused {
+            RetryOutcome::Refused
+        } else {
+            RetryOutcome::Succeeded
+        });
+    }
+
+    fn count_retry(&self, outcome: RetryOutcome) {
         self.shared.counters.retry(outcome);
         self.shared.telemetry.retry(outcome);
     }
@@ -312,30 +359,18 @@ impl TokenStore {
     pub(crate) fn count_kept_authorization(&self) {
         self.shared.telemetry.kept_authorization();
     }
-
-    /// Publishes the gauges of the token in use.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn publish_gauges(&self) {
-        self.shared.publish_gauges();
-    }
 }
 
 impl Shared {
     /// Warns (once per token) when the current token, just confirmed by a read of the
-    /// source, has expired or is overdue for rotation: the rotator has stalled.
+    /// source, has expired or is overdue for rotation: the rotator has stalled; and
+    /// publishes the token's gauges.
     fn check_expiry(&self) {
-        self.expiry
-            .check(&self.current.load(), self.config.clock.now(), &self.origin);
-        #[cfg(feature = "metrics")]
-        self.publish_gauges();
-    }
-
-    #[cfg(feature = "metrics")]
-    fn publish_gauges(&self) {
         let current = self.current.load();
+        self.expiry
+            .check(&current, self.config.clock.now(), &self.origin);
         let stalled = self.expiry.stalled_since(&current).is_some();
-        self.telemetry
-            .token(&current, self.config.clock.now(), stalled);
+        self.telemetry.token(&current, stalled);
     }
 
     fn report_failure(&self, error: &LoadError, trigger: Trigger) {
@@ -343,10 +378,19 @@ impl Shared {
         tracing::warn!(
             trigger = trigger.as_str(),
             token = %self.current.load().fingerprint(),
-            %error,
+            error = %Chain(error),
             "token reload failed; keeping the last good token"
         );
         *lock(&self.last_error) = Some(error.clone());
+    }
+
+    /// Installs `to` as the generation, keeping the flags.
+    fn set_generation(&self, to: u64) {
+        let _ = self
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some((w & !word::GENERATION) | to)
+            });
     }
 }
 

@@ -20,20 +20,17 @@ pub enum WatchState {
         /// Why watching is not working.
         reason: String,
     },
-}
-
-/// Counts of unauthorized responses and what the layer did about them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct UnauthorizedStats {
-    /// Responses classified as unauthorized, to requests that carried the store's token.
-    pub seen: u64,
-    /// Source reads they triggered.
-    pub reloads: u64,
-    /// Requests sent again with a newer token.
-    pub retries: u64,
-    /// Retries whose response was not unauthorized.
-    pub retries_succeeded: u64,
+    /// Nothing refreshes the store in the background: neither its watch nor its timer
+    /// runs, because its refresher stopped while the store lives (the tokio runtime that
+    /// ran it shut down). Requests still get the last token, and a 401 still reloads it.
+    /// For a store from [`load`](crate::StoreBuilder::load), the next request through a
+    /// layer, or the next [`reload`](crate::TokenStore::reload), made from a live runtime
+    /// starts the refresher again there; a refresher from
+    /// [`pair`](crate::StoreBuilder::pair) is the caller's to run.
+    Stopped {
+        /// What stopped.
+        reason: String,
+    },
 }
 
 /// A snapshot of a store's state, for health checks and debugging. Holds no secret.
@@ -70,10 +67,17 @@ pub struct Status {
     pub failures: u64,
     /// The error of the last read, if it failed; `None` once a read succeeds again.
     pub last_error: Option<LoadError>,
-    /// Whether changes to the file are watched.
+    /// Whether changes to the file are watched, and whether anything refreshes the store
+    /// in the background at all ([`WatchState::Stopped`]).
     pub watch: WatchState,
-    /// Unauthorized responses and retries.
-    pub unauthorized: UnauthorizedStats,
+    /// Responses classified as unauthorized, to requests that carried the store's token.
+    pub unauthorized: u64,
+    /// Reads of the source those responses asked for.
+    pub unauthorized_reloads: u64,
+    /// Requests sent again with a newer token after an unauthorized response.
+    pub retries: u64,
+    /// Requests sent again whose second response was not unauthorized.
+    pub retries_succeeded: u64,
     /// Since when the rotator has stalled, if it has: the token in use is past the point at
     /// which its writer should have replaced it (80% of `iat..exp` plus a minute, and past
     /// `warnafter`), or has expired, and the last read of the source found nothing newer.
@@ -114,16 +118,6 @@ impl Counters {
             RetryOutcome::Sent => Self::bump(&self.retries),
             RetryOutcome::Succeeded => Self::bump(&self.retries_succeeded),
             RetryOutcome::Refused => {}
-        }
-    }
-
-    pub(crate) fn unauthorized(&self) -> UnauthorizedStats {
-        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
-        UnauthorizedStats {
-            seen: get(&self.unauthorized_seen),
-            reloads: get(&self.unauthorized_reloads),
-            retries: get(&self.retries),
-            retries_succeeded: get(&self.retries_succeeded),
         }
     }
 }

@@ -2,12 +2,9 @@
 //! and these calls compile to nothing).
 
 use std::sync::Arc;
-#[cfg(feature = "metrics")]
-use std::time::SystemTime;
 
 use super::{LoadError, Reloaded, RetryOutcome, WatchState};
 use crate::source::Trigger;
-#[cfg(feature = "metrics")]
 use crate::token::Token;
 
 /// One store's metrics: every series carries its `source` label.
@@ -29,8 +26,8 @@ impl Telemetry {
             &self.source,
             trigger.as_str(),
             match result {
-                Ok(Reloaded::Rotated { .. }) => "rotated",
-                Ok(Reloaded::Unchanged { .. }) => "unchanged",
+                Ok(Reloaded::Rotated) => "rotated",
+                Ok(Reloaded::Unchanged) => "unchanged",
                 Err(_) => "failed",
             },
         );
@@ -67,33 +64,31 @@ impl Telemetry {
                 WatchState::Active => "active",
                 WatchState::Degraded { .. } => "degraded",
                 WatchState::Off => "off",
+                WatchState::Stopped { .. } => "stopped",
             },
         );
         #[cfg(not(feature = "metrics"))]
         let _ = state;
     }
 
-    /// The gauges of the token in use at `now`.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn token(&self, token: &Token, now: SystemTime, stalled: bool) {
-        let secs = |from: SystemTime, to: SystemTime| match to.duration_since(from) {
-            Ok(d) => d.as_secs_f64(),
-            Err(e) => -e.duration().as_secs_f64(),
-        };
-        let issued = token
-            .kind()
-            .claims()
-            .and_then(|c| c.iat)
-            .unwrap_or(token.loaded_at());
+    /// The gauges of the token in use.
+    pub(crate) fn token(&self, token: &Token, stalled: bool) {
+        #[cfg(feature = "metrics")]
         crate::metrics::token(
             &self.source,
             &crate::metrics::TokenGauges {
                 generation: token.generation(),
-                expires_in: token.expires_at().map(|exp| secs(now, exp)),
-                age: secs(issued, now),
-                source_changed: secs(token.loaded_at(), now),
+                expires_at: token.expires_at(),
+                issued_at: token
+                    .kind()
+                    .claims()
+                    .and_then(|c| c.iat)
+                    .unwrap_or(token.loaded_at()),
+                changed_at: token.loaded_at(),
                 stalled,
             },
         );
+        #[cfg(not(feature = "metrics"))]
+        let _ = (token, stalled);
     }
 }

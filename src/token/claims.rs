@@ -39,12 +39,12 @@ const OVERDUE_GRACE: Duration = Duration::from_secs(60);
 /// numeric dates (seconds since the Unix epoch) as [`SystemTime`].
 ///
 /// ```
-/// use bearer_reload::token::{DEFAULT_MAX_SIZE, Token, TokenKind};
+/// use bearer_reload::token::{Token, TokenKind};
 ///
 /// // {"alg":"none"} . {"sub":"system:serviceaccount:default:app","exp":1800000000} .
 /// let jwt = "eyJhbGciOiJub25lIn0\
 ///     .eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6ZGVmYXVsdDphcHAiLCJleHAiOjE4MDAwMDAwMDB9.";
-/// let token = Token::parse(jwt.as_bytes(), DEFAULT_MAX_SIZE).unwrap();
+/// let token = Token::parse(jwt.as_bytes()).unwrap();
 /// let TokenKind::Jwt(claims) = token.kind() else { panic!("not a JWT") };
 /// assert_eq!(claims.sub.as_deref(), Some("system:serviceaccount:default:app"));
 /// assert_eq!(
@@ -68,40 +68,32 @@ pub struct Claims {
     pub nbf: Option<SystemTime>,
     /// `exp`: the token is not valid from this time on.
     pub exp: Option<SystemTime>,
-    /// The `kubernetes.io` claims of a service-account token, if present.
-    pub kubernetes: Option<KubernetesClaims>,
-}
-
-/// The Kubernetes-specific claims of a service-account token.
-///
-/// Taken from the `kubernetes.io` object of a bound (projected) token, or from the flat
-/// `kubernetes.io/serviceaccount/...` claims of a legacy secret-based token.
-#[derive(Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KubernetesClaims {
-    /// The namespace of the service account.
-    pub namespace: Option<String>,
-    /// The name of the service account.
-    pub service_account: Option<String>,
-    /// The name of the pod the token is bound to.
-    pub pod: Option<String>,
-    /// `warnafter`: when the API server starts to count the token as stale.
+    /// `kubernetes.io` `warnafter`: when the API server starts to count the token as
+    /// stale.
     ///
     /// Set on tokens whose `exp` the API server extended (by default to a year) for clients
     /// that do not reload their token: the token's real lifetime ends here, and the kubelet
     /// rotates it on this schedule, not on `exp`'s.
     pub warnafter: Option<SystemTime>,
+    /// `kubernetes.io` `namespace`: the namespace of the service account (from the
+    /// `kubernetes.io` object of a bound token, or the flat
+    /// `kubernetes.io/serviceaccount/namespace` claim of a legacy secret-based token).
+    pub namespace: Option<String>,
+    /// `kubernetes.io` `serviceaccount.name`: the name of the service account (legacy:
+    /// `kubernetes.io/serviceaccount/service-account.name`).
+    pub service_account: Option<String>,
+    /// `kubernetes.io` `pod.name`: the pod the token is bound to.
+    pub pod: Option<String>,
 }
 
 /// How a token stands against the dates in its claims, at some time.
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use bearer_reload::token::{DEFAULT_MAX_SIZE, Freshness, Token};
+/// use bearer_reload::token::{Freshness, Token};
 ///
 /// // {"alg":"none"} . {"iat":1000,"exp":4600} .
-/// let token = Token::parse(b"eyJhbGciOiJub25lIn0.eyJpYXQiOjEwMDAsImV4cCI6NDYwMH0.", DEFAULT_MAX_SIZE)
-///     .unwrap();
+/// let token = Token::parse(b"eyJhbGciOiJub25lIn0.eyJpYXQiOjEwMDAsImV4cCI6NDYwMH0.").unwrap();
 /// let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
 /// assert_eq!(token.freshness_at(at(2000)), Freshness::Fresh);
 /// // 80% of iat..exp (3880), plus a minute: the writer should have replaced it by now.
@@ -137,12 +129,7 @@ impl Claims {
     /// For a token whose `exp` the API server extended to a year, this is the token's real
     /// lifetime (`warnafter`), not the year.
     pub fn rotate_hint(&self) -> Option<SystemTime> {
-        self.warnafter().or(self.exp)
-    }
-
-    /// The `kubernetes.io` `warnafter` claim.
-    pub fn warnafter(&self) -> Option<SystemTime> {
-        self.kubernetes.as_ref().and_then(|k| k.warnafter)
+        self.warnafter.or(self.exp)
     }
 
     /// How the token stands at `now`.
@@ -178,7 +165,7 @@ impl Claims {
             .zip(self.exp)
             .and_then(|(iat, exp)| fraction_of(iat, exp, 4, 5))
             .and_then(|at| at.checked_add(OVERDUE_GRACE));
-        match (self.warnafter(), by_lifetime) {
+        match (self.warnafter, by_lifetime) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }
@@ -207,7 +194,7 @@ impl fmt::Display for Summary<'_> {
         if let Some(exp) = c.exp {
             field(f, "exp", &Rfc3339(exp))?;
         }
-        if let Some(warnafter) = c.warnafter() {
+        if let Some(warnafter) = c.warnafter {
             field(f, "warnafter", &Rfc3339(warnafter))?;
         }
         Ok(())
@@ -223,18 +210,10 @@ impl fmt::Debug for Claims {
             .field("iat", &self.iat.map(Rfc3339))
             .field("nbf", &self.nbf.map(Rfc3339))
             .field("exp", &self.exp.map(Rfc3339))
-            .field("kubernetes", &self.kubernetes)
-            .finish()
-    }
-}
-
-impl fmt::Debug for KubernetesClaims {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubernetesClaims")
+            .field("warnafter", &self.warnafter.map(Rfc3339))
             .field("namespace", &self.namespace)
             .field("service_account", &self.service_account)
             .field("pod", &self.pod)
-            .field("warnafter", &self.warnafter.map(Rfc3339))
             .finish()
     }
 }
@@ -273,38 +252,28 @@ impl Claims {
                 .collect(),
             _ => Vec::new(),
         };
-        Claims {
+        let mut claims = Claims {
             iss: string(p.get("iss")),
             sub: string(p.get("sub")),
             aud,
             iat: date(p.get("iat")),
             nbf: date(p.get("nbf")),
             exp: date(p.get("exp")),
-            kubernetes: KubernetesClaims::from_payload(p),
-        }
-    }
-}
-
-impl KubernetesClaims {
-    fn from_payload(p: &Map<String, Value>) -> Option<Self> {
-        let claims = if let Some(Value::Object(k)) = p.get("kubernetes.io") {
+            ..Claims::default()
+        };
+        if let Some(Value::Object(k)) = p.get("kubernetes.io") {
             let name = |key: &str| string(k.get(key).and_then(|v| v.get("name")));
-            KubernetesClaims {
-                namespace: string(k.get("namespace")),
-                service_account: name("serviceaccount"),
-                pod: name("pod"),
-                warnafter: date(k.get("warnafter")),
-            }
+            claims.namespace = string(k.get("namespace"));
+            claims.service_account = name("serviceaccount");
+            claims.pod = name("pod");
+            claims.warnafter = date(k.get("warnafter"));
         } else {
             // A legacy token from a service-account secret: flat claims, no expiry.
             let legacy = |key: &str| string(p.get(&format!("kubernetes.io/serviceaccount/{key}")));
-            KubernetesClaims {
-                namespace: legacy("namespace"),
-                service_account: legacy("service-account.name"),
-                ..KubernetesClaims::default()
-            }
-        };
-        (claims != KubernetesClaims::default()).then_some(claims)
+            claims.namespace = legacy("namespace");
+            claims.service_account = legacy("service-account.name");
+        }
+        claims
     }
 }
 

@@ -7,7 +7,7 @@ fn secret(t: &Token) -> &[u8] {
 #[test]
 fn trims_ascii_whitespace_on_both_ends() {
     for input in [&b"tok"[..], b"tok\n", b"  tok\r\n", b"\ttok \n\n"] {
-        let t = Token::parse(input, DEFAULT_MAX_SIZE).unwrap();
+        let t = Token::parse(input).unwrap();
         assert_eq!(secret(&t), b"tok", "input {input:?}");
     }
 }
@@ -15,10 +15,7 @@ fn trims_ascii_whitespace_on_both_ends() {
 #[test]
 fn empty_and_whitespace_only_are_rejected() {
     for input in [&b""[..], b"\n", b"  \t\r\n "] {
-        assert_eq!(
-            Token::parse(input, DEFAULT_MAX_SIZE).unwrap_err(),
-            TokenError::Empty
-        );
+        assert_eq!(Token::parse(input).unwrap_err(), TokenError::Empty);
     }
 }
 
@@ -33,7 +30,7 @@ fn bad_bytes_are_rejected_with_their_offset() {
     ];
     for (input, offset) in cases {
         assert_eq!(
-            Token::parse(input, DEFAULT_MAX_SIZE).unwrap_err(),
+            Token::parse(input).unwrap_err(),
             TokenError::InvalidByte { offset },
             "input {input:?}"
         );
@@ -47,36 +44,36 @@ fn a_byte_order_mark_is_refused_and_named() {
         b"\xEF\xBB\xBFabc\r\n",
         b"\xEF\xBB\xBF",
     ] {
-        let err = Token::parse(input, DEFAULT_MAX_SIZE).unwrap_err();
+        let err = Token::parse(input).unwrap_err();
         assert_eq!(err, TokenError::ByteOrderMark, "input {input:?}");
         assert!(err.to_string().contains("byte-order mark"), "{err}");
     }
     // Only at the start: the same bytes inside a token are bad bytes, with their offset.
     assert_eq!(
-        Token::parse(b"ab\xEF\xBB\xBF", DEFAULT_MAX_SIZE).unwrap_err(),
+        Token::parse(b"ab\xEF\xBB\xBF").unwrap_err(),
         TokenError::InvalidByte { offset: 2 }
     );
 }
 
 #[test]
 fn cap_is_inclusive() {
-    assert!(Token::parse(&[b'a'; 16], 16).is_ok());
+    assert!(Token::parse_capped(&[b'a'; 16], 16).is_ok());
     assert_eq!(
-        Token::parse(&[b'a'; 17], 16).unwrap_err(),
+        Token::parse_capped(&[b'a'; 17], 16).unwrap_err(),
         TokenError::TooLarge { max: 16 }
     );
 }
 
 #[test]
 fn header_is_sensitive_and_round_trips() {
-    let t = Token::parse(b"eyJ.abc-_~+/=", DEFAULT_MAX_SIZE).unwrap();
+    let t = Token::parse(b"eyJ.abc-_~+/=").unwrap();
     assert!(t.header_value().is_sensitive());
     assert_eq!(t.header_value().to_str().unwrap(), "Bearer eyJ.abc-_~+/=");
 }
 
 #[test]
 fn debug_and_display_show_only_the_fingerprint() {
-    let t = Token::parse(b"s3cr3t-token-value", DEFAULT_MAX_SIZE).unwrap();
+    let t = Token::parse(b"s3cr3t-token-value").unwrap();
     let fp = t.fingerprint().to_string();
     assert_eq!(fp.len(), 8);
     // sha256("s3cr3t-token-value") computed independently of the code under test.
@@ -95,9 +92,9 @@ fn debug_and_display_show_only_the_fingerprint() {
 
 #[test]
 fn same_secret_ignores_surrounding_whitespace() {
-    let a = Token::parse(b"abc\n", 100).unwrap();
-    let b = Token::parse(b" abc", 100).unwrap();
-    let c = Token::parse(b"abd", 100).unwrap();
+    let a = Token::parse_capped(b"abc\n", 100).unwrap();
+    let b = Token::parse_capped(b" abc", 100).unwrap();
+    let c = Token::parse_capped(b"abd", 100).unwrap();
     assert!(a.same_secret(&b));
     assert!(!a.same_secret(&c));
     assert_ne!(a.fingerprint(), c.fingerprint());
@@ -113,7 +110,7 @@ mod kinds {
     use std::time::{Duration, UNIX_EPOCH};
 
     fn parse(t: &str) -> Token {
-        Token::parse(t.as_bytes(), DEFAULT_MAX_SIZE).unwrap()
+        Token::parse(t.as_bytes()).unwrap()
     }
 
     /// Everything a token shows of itself: Debug (both forms), Display, its kind.
@@ -284,13 +281,13 @@ mod kinds {
         let strategy = prop_oneof![opaque(), bootstrap(), jwt()];
         proptest!(ProptestConfig::with_cases(256), |(case in strategy, pad in "[ \t\r\n]{0,3}")| {
             let input = format!("{pad}{}{pad}", case.token);
-            let token = Token::parse(input.as_bytes(), DEFAULT_MAX_SIZE).unwrap();
+            let token = Token::parse(input.as_bytes()).unwrap();
             if case.kind != "any" {
                 prop_assert_eq!(token.kind().name(), case.kind);
             }
             let status = rt.block_on(async {
                 let bytes = input.clone().into_bytes();
-                let store = crate::TokenLoader::new("prop", move || {
+                let store = crate::test_support::loader("prop", move || {
                     let bytes = bytes.clone();
                     async move { Ok::<_, std::io::Error>(bytes) }
                 })

@@ -1,8 +1,9 @@
 //! The client kinds the conformance suite runs its scenarios against, each with its own
 //! real server: a hyper-util client under `BearerLayer` (HTTP/1), a reqwest-middleware
 //! client with `BearerMiddleware` (HTTPS), and a tonic `Channel` under `BearerLayer` with
-//! `RetryUnauthorized::grpc()` and `ReplayLayer` (gRPC over TLS). All three send the 401
-//! (or `UNAUTHENTICATED`) retry.
+//! the gRPC classifier and the retry, its bodies made replayable by tower-http's
+//! `MapRequestBody` on either side (gRPC over TLS). All three send the 401 (or
+//! `UNAUTHENTICATED`) retry.
 //!
 //! Included with `#[path = "support/clients.rs"] mod clients;` next to `mod support;` and
 //! `mod grpc;`, like `grpc.rs`.
@@ -13,10 +14,10 @@ use std::ops::Deref;
 use std::pin::Pin;
 use std::time::Duration;
 
-use bearer_reload::body::{IntoBody, RecordBody, ReplayBody, ReplayLayer};
-use bearer_reload::classify::GrpcUnauthenticated;
+use bearer_reload::body::ReplayBody;
+use bearer_reload::classify::{GrpcUnauthenticated, Http401};
 use bearer_reload::reqwest::BearerMiddleware;
-use bearer_reload::{BearerLayer, BearerService, RetryUnauthorized, TokenStore};
+use bearer_reload::{BearerLayer, BearerService, TokenStore};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{Request, StatusCode};
@@ -28,7 +29,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
-use tower::{Layer, ServiceExt};
+use tower::{Layer, ServiceBuilder, ServiceExt};
+use tower_http::map_request_body::{MapRequestBody, MapRequestBodyLayer};
 
 use crate::grpc::GrpcServer;
 use crate::support::server::{AuthServer, http1_client};
@@ -183,7 +185,7 @@ fn status_outcome(status: StatusCode) -> Outcome {
 /// tower over hyper-util: `BearerLayer` with the retry, bodies wrapped in `ReplayBody`.
 #[derive(Clone)]
 pub struct HyperUtil {
-    client: BearerService<Client<HttpConnector, ReplayBody<Opaque>>, RetryUnauthorized>,
+    client: BearerService<Client<HttpConnector, ReplayBody<Opaque>>, Http401, true>,
     url: String,
 }
 
@@ -197,7 +199,7 @@ impl ClientKind for HyperUtil {
 
     async fn connect(store: &TokenStore, server: &AuthServer) -> Self {
         let client = BearerLayer::new(store.clone())
-            .retry_unauthorized(RetryUnauthorized::new())
+            .retry_unauthorized()
             .layer(http1_client());
         Self {
             client,
@@ -297,15 +299,19 @@ impl ClientKind for Reqwest {
     }
 }
 
-/// The function that turns a recorded body back into tonic's body type.
-type IntoTonic = fn(ReplayBody<tonic::body::Body>) -> tonic::body::Body;
+/// The functions that wrap tonic's bodies in `ReplayBody`, and back.
+type ToReplay = fn(tonic::body::Body) -> ReplayBody<tonic::body::Body>;
+type ToTonic = fn(ReplayBody<tonic::body::Body>) -> tonic::body::Body;
 
-/// The tonic client stack: `ReplayLayer` around `BearerLayer` with the gRPC retry.
-pub type TonicStack =
-    RecordBody<BearerService<IntoBody<Channel, IntoTonic>, RetryUnauthorized<GrpcUnauthenticated>>>;
+/// The tonic client stack: bodies made replayable above `BearerLayer` with the gRPC
+/// retry, and turned back into tonic's below it.
+pub type TonicStack = MapRequestBody<
+    BearerService<MapRequestBody<Channel, ToTonic>, GrpcUnauthenticated, true>,
+    ToReplay,
+>;
 
-/// tonic over TLS: a `Channel` under `BearerLayer` with `RetryUnauthorized::grpc()`, its
-/// bodies made replayable by `ReplayLayer`; tonic-health's generated client.
+/// tonic over TLS: a `Channel` under `BearerLayer` with the gRPC classifier and the retry,
+/// its bodies made replayable on either side; tonic-health's generated client.
 #[derive(Clone)]
 pub struct Tonic {
     pub client: HealthClient<TonicStack>,
@@ -314,11 +320,15 @@ pub struct Tonic {
 impl Tonic {
     /// The stack over a channel.
     pub fn stack(store: &TokenStore, channel: Channel) -> TonicStack {
-        ReplayLayer::new(
-            BearerLayer::new(store.clone()).retry_unauthorized(RetryUnauthorized::grpc()),
-            tonic::body::Body::new as IntoTonic,
-        )
-        .layer(channel)
+        ServiceBuilder::new()
+            .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
+            .layer(
+                BearerLayer::new(store.clone())
+                    .classifier(GrpcUnauthenticated)
+                    .retry_unauthorized(),
+            )
+            .layer(MapRequestBodyLayer::new(tonic::body::Body::new as ToTonic))
+            .service(channel)
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod exec_plugin;
 pub mod kube_api;
+pub mod procfs;
 pub mod prometheus;
 pub mod script;
 pub mod serve;
@@ -10,6 +11,7 @@ pub mod server;
 pub mod sim;
 pub mod tls;
 pub mod token_request;
+pub mod writers;
 // `grpc.rs` and `clients.rs` are included only by the binaries that use them (with
 // `#[path]`), so that the others do not compile tonic and reqwest.
 
@@ -18,19 +20,35 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bearer_reload::{TokenFile, TokenStore};
+use bearer_reload::source::{FileSource, FnSource};
+use bearer_reload::{StoreBuilder, TokenStore};
 use tracing_subscriber::fmt::MakeWriter;
 
 /// How long a test waits for an event before it fails.
 pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// A builder of a store on the file at `path`.
+pub fn file(path: impl Into<PathBuf>) -> StoreBuilder {
+    TokenStore::builder(FileSource::new(path))
+}
+
+/// A builder of a store on a closure named `name`.
+pub fn loader<F, Fut, E>(name: impl Into<String>, load: F) -> StoreBuilder
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<u8>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    TokenStore::builder(FnSource::new(name, load))
+}
 
 /// Writes `token` (with the newline `echo` leaves) to `dir/token` and loads it with the
 /// watcher and the timer off: only the test, or a 401, reloads it.
 pub async fn quiet_store(dir: &Path, token: &str) -> (PathBuf, TokenStore) {
     let path = dir.join("token");
     std::fs::write(&path, format!("{token}\n")).unwrap();
-    let store = TokenFile::new(&path)
-        .watch(false)
+    let store = file(&path)
+        .no_watch()
         .refresh_interval(None)
         .load()
         .await
@@ -143,4 +161,16 @@ pub async fn kube_config(path: &Path) -> kube::Config {
     kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
         .unwrap()
+}
+
+/// An error and its causes on one line, `a: b: c`, as `anyhow`'s `{:#}` prints them.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        cause = e.source();
+    }
+    line
 }

@@ -75,6 +75,8 @@ pub struct Call {
     pub audiences: Vec<String>,
     pub expiration_seconds: u64,
     pub bound: Option<Value>,
+    /// The bearer token the request was made with: who asked.
+    pub requester: Option<String>,
     pub outcome: Outcome,
 }
 
@@ -312,6 +314,7 @@ async fn token_request(
         audiences: audiences.clone(),
         expiration_seconds: ttl,
         bound: bound.clone(),
+        requester: requester.clone(),
         outcome: Outcome::Stalled,
     };
     let record = |call: Call| {

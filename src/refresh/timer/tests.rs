@@ -6,7 +6,6 @@ use tokio::time::Instant;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-use crate::TokenLoader;
 use crate::clock::Clock;
 use crate::store::TokenStore;
 use crate::token::Freshness;
@@ -59,7 +58,7 @@ impl File {
 
     async fn store(&self, period: Option<Duration>) -> TokenStore {
         let this = self.clone();
-        TokenLoader::new("test-file", move || {
+        crate::test_support::loader("test-file", move || {
             let this = this.clone();
             async move {
                 this.reads.lock().unwrap().push(this.start.elapsed());
@@ -352,7 +351,7 @@ async fn no_warning_for_a_healthy_rotating_file() {
 
 #[test]
 fn the_cut_to_half_of_the_time_left_never_lengthens_a_backoff() {
-    let token = crate::token::Token::parse(b"opaque", 64)
+    let token = crate::token::Token::parse_capped(b"opaque", 64)
         .unwrap()
         .with_source_dates(wall(0), Some(wall(600)), None);
     let at = |secs: f64| wall(0) + Duration::from_secs_f64(secs);
@@ -373,7 +372,7 @@ fn the_cut_to_half_of_the_time_left_never_lengthens_a_backoff() {
 
 #[test]
 fn moments_of_a_projected_token() {
-    let token = |jwt: String| crate::token::Token::parse(jwt.as_bytes(), 1 << 16).unwrap();
+    let token = |jwt: String| crate::token::Token::parse_capped(jwt.as_bytes(), 1 << 16).unwrap();
     let t = token(projected(0, TTL, None));
     let at = |secs: f64| wall(0) + Duration::from_secs_f64(secs);
     assert_eq!(super::next_moment(&t, wall(0)), Some(at(2895.6)));
@@ -414,10 +413,10 @@ impl crate::source::TokenSource for Minting {
         }
         let mut fetched = crate::source::Fetched::new(format!("minted-{n}"));
         if let Some(ttl) = self.ttl {
-            fetched = fetched.expires_at(wall(0) + elapsed + ttl);
+            fetched = fetched.with_expires_at(wall(0) + elapsed + ttl);
         }
         if let Some(after) = self.refresh_in {
-            fetched = fetched.refresh_at(wall(0) + elapsed + after);
+            fetched = fetched.with_refresh_at(wall(0) + elapsed + after);
         }
         Ok(fetched)
     }
@@ -444,8 +443,7 @@ impl Minting {
     }
 
     async fn store(&self, period: Option<Duration>) -> TokenStore {
-        let builder =
-            crate::StoreBuilder::from_source(self.clone()).clock(Clock::tokio_from(wall(0)));
+        let builder = crate::TokenStore::builder(self.clone()).clock(Clock::tokio_from(wall(0)));
         let builder = match period {
             Some(p) => builder.refresh_interval(Some(p)),
             None => builder,
@@ -642,7 +640,7 @@ fn tokens_of_one_lifetime_draw_their_own_jitter() {
     let exp = SystemTime::now() + Duration::from_secs(3600);
     let moments: Vec<SystemTime> = (0..5)
         .map(|i| {
-            let token = crate::token::Token::parse(format!("token-{i}").as_bytes(), 1 << 16);
+            let token = crate::token::Token::parse_capped(format!("token-{i}").as_bytes(), 1 << 16);
             super::before_expiry(&token.unwrap(), exp).unwrap()
         })
         .collect();

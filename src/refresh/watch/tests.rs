@@ -1,5 +1,4 @@
 use super::*;
-use crate::TokenFile;
 use crate::refresh::registry::{Factory, Stats, VERIFY_EVERY, notify_factory};
 use crate::store::TokenStore;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,8 +27,8 @@ fn counting_factory(fail: Arc<AtomicBool>, calls: Calls) -> Box<Factory> {
 }
 
 async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duration>) -> TokenStore {
-    let store = TokenFile::new(path)
-        .watch(false)
+    let store = crate::test_support::file(path)
+        .no_watch()
         .refresh_interval(timer)
         .load()
         .await
@@ -254,7 +253,7 @@ impl Scripted {
     }
     async fn store(&self) -> TokenStore {
         let this = self.clone();
-        crate::TokenLoader::new("scripted", move || {
+        crate::test_support::loader("scripted", move || {
             let this = this.clone();
             async move {
                 this.asked.lock().unwrap().push(tokio::time::Instant::now());
@@ -332,7 +331,7 @@ async fn a_read_that_fails_after_an_event_is_retried_quietly_then_reported_once(
         1,
         "the retries' failures are not reported"
     );
-    let reported = store.status().last_error.expect("reported").to_string();
+    let reported = crate::store::Chain(&store.status().last_error.expect("reported")).to_string();
     assert!(reported.contains("gone"), "{reported}");
     assert_eq!(store.current().header_value(), "Bearer two");
 }

@@ -16,8 +16,7 @@ use super::ExecError;
 /// The `apiVersion` of the `ExecCredential` exchanged with the plugin. The plugin must
 /// answer in the version it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum ApiVersion {
+pub(crate) enum ApiVersion {
     /// `client.authentication.k8s.io/v1`.
     #[default]
     V1,
@@ -27,7 +26,7 @@ pub enum ApiVersion {
 
 impl ApiVersion {
     /// The version as a kubeconfig spells it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ApiVersion::V1 => "client.authentication.k8s.io/v1",
             ApiVersion::V1Beta1 => "client.authentication.k8s.io/v1beta1",
@@ -36,7 +35,8 @@ impl ApiVersion {
 
     /// The version named `s`, if it is one of the two that Kubernetes still serves
     /// (`v1alpha1` was removed in 1.24).
-    pub fn parse(s: &str) -> Option<Self> {
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         [ApiVersion::V1, ApiVersion::V1Beta1]
             .into_iter()
             .find(|v| v.as_str() == s)
@@ -51,37 +51,30 @@ impl fmt::Display for ApiVersion {
 
 /// The cluster a plugin is told about when the kubeconfig says `provideClusterInfo: true`
 /// (the `spec.cluster` of `KUBERNETES_EXEC_INFO`, as client-go fills it).
-///
-/// ```
-/// use bearer_reload::source::exec::ClusterInfo;
-///
-/// let mut cluster = ClusterInfo::new("https://10.0.0.1:6443");
-/// cluster.certificate_authority_data = Some(b"-----BEGIN CERTIFICATE-----...".to_vec());
-/// # let _ = cluster;
-/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct ClusterInfo {
+#[cfg_attr(not(any(test, feature = "kube")), allow(dead_code))]
+pub(crate) struct ClusterInfo {
     /// `server`: the API server's URL.
-    pub server: String,
+    pub(crate) server: String,
     /// `tls-server-name`.
-    pub tls_server_name: Option<String>,
+    pub(crate) tls_server_name: Option<String>,
     /// `insecure-skip-tls-verify`.
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// `certificate-authority-data` (PEM bytes; base64 in the document).
-    pub certificate_authority_data: Option<Vec<u8>>,
+    pub(crate) certificate_authority_data: Option<Vec<u8>>,
     /// `proxy-url`.
-    pub proxy_url: Option<String>,
+    pub(crate) proxy_url: Option<String>,
     /// `disable-compression`.
-    pub disable_compression: bool,
+    pub(crate) disable_compression: bool,
     /// `config`: the cluster's `client.authentication.k8s.io/exec` extension, passed
     /// through as it is.
-    pub config: Option<Value>,
+    pub(crate) config: Option<Value>,
 }
 
 impl ClusterInfo {
     /// A cluster at `server`, with nothing else set.
-    pub fn new(server: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(server: impl Into<String>) -> Self {
         Self {
             server: server.into(),
             ..Self::default()
@@ -174,7 +167,7 @@ pub(super) fn parse(
     if doc.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str()) {
         return Err(ExecError::WrongApiVersion {
             command: command(),
-            expected: api_version,
+            expected: api_version.as_str(),
             found: field("apiVersion"),
         });
     }

@@ -3,17 +3,19 @@
 use std::fmt;
 use std::io;
 
-use super::ApiVersion;
-
-/// Why an exec plugin gave no token, or its configuration cannot be used. Every message
-/// names the command and the problem; none holds a token (the plugin's stderr is cut and
-/// redacted, and nothing of its standard output is quoted but a redacted `kind` or
-/// `apiVersion`).
+/// Why an exec plugin gave no token, or its configuration cannot be used.
+///
+/// A failed run's message says what went wrong; the store's
+/// [`LoadError`](crate::LoadError) that wraps it names the command first (`cannot fetch a
+/// token from exec plugin aws: exited with status 1; stderr: ...`). A configuration error
+/// ([`Config`](Self::Config)) names the command itself. None holds a token: the plugin's
+/// stderr is cut and redacted, and nothing of its standard output is quoted but a redacted
+/// `kind` or `apiVersion`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExecError {
     /// The command does not exist (not on `PATH`, or no file at its path).
-    #[error("exec plugin {command} not found{}", Hint(install_hint.as_deref()))]
+    #[error("the command was not found{}", Hint(install_hint.as_deref()))]
     NotFound {
         /// The command.
         command: String,
@@ -21,7 +23,7 @@ pub enum ExecError {
         install_hint: Option<String>,
     },
     /// The command exists but could not be started (permission denied, ...).
-    #[error("exec plugin {command} could not be started: {source}")]
+    #[error("the command could not be started")]
     Start {
         /// The command.
         command: String,
@@ -30,7 +32,7 @@ pub enum ExecError {
         source: io::Error,
     },
     /// Reading the plugin's output or waiting for it failed.
-    #[error("exec plugin {command}: {source}")]
+    #[error("reading the plugin's output or waiting for it failed")]
     Io {
         /// The command.
         command: String,
@@ -39,7 +41,7 @@ pub enum ExecError {
         source: io::Error,
     },
     /// The plugin exited unsuccessfully.
-    #[error("exec plugin {command} {status}{}", Stderr(stderr.as_deref()))]
+    #[error("the plugin {status}{}", Stderr(stderr.as_deref()))]
     Exit {
         /// The command.
         command: String,
@@ -50,7 +52,7 @@ pub enum ExecError {
         stderr: Option<String>,
     },
     /// The plugin printed more than the source accepts.
-    #[error("exec plugin {command} printed more than {max} bytes; refused")]
+    #[error("the plugin printed more than {max} bytes; refused")]
     OutputTooLarge {
         /// The command.
         command: String,
@@ -58,7 +60,7 @@ pub enum ExecError {
         max: usize,
     },
     /// The plugin's output is not a JSON document.
-    #[error("exec plugin {command} printed invalid JSON: {reason}")]
+    #[error("the plugin printed invalid JSON: {reason}")]
     InvalidJson {
         /// The command.
         command: String,
@@ -66,7 +68,7 @@ pub enum ExecError {
         reason: String,
     },
     /// The document is not an `ExecCredential`.
-    #[error("exec plugin {command} printed kind {}, not ExecCredential", Found(found.as_deref()))]
+    #[error("the plugin printed kind {}, not ExecCredential", Found(found.as_deref()))]
     WrongKind {
         /// The command.
         command: String,
@@ -75,33 +77,31 @@ pub enum ExecError {
     },
     /// The document is not of the version the plugin was given.
     #[error(
-        "exec plugin {command} is configured for apiVersion {expected} but printed {}",
+        "the plugin is configured for apiVersion {expected} but printed {}",
         Found(found.as_deref())
     )]
     WrongApiVersion {
         /// The command.
         command: String,
-        /// The version the plugin was given.
-        expected: ApiVersion,
+        /// The version the plugin was given (`client.authentication.k8s.io/v1`, ...).
+        expected: &'static str,
         /// The `apiVersion` it printed, redacted and cut.
         found: Option<String>,
     },
     /// The credential has no `status`.
-    #[error("exec plugin {command} printed an ExecCredential without a status")]
+    #[error("the plugin printed an ExecCredential without a status")]
     MissingStatus {
         /// The command.
         command: String,
     },
     /// The credential's `status.token` is missing or empty.
-    #[error("exec plugin {command} printed an ExecCredential without a token (status.token)")]
+    #[error("the plugin printed an ExecCredential without a token (status.token)")]
     MissingToken {
         /// The command.
         command: String,
     },
     /// `status.expirationTimestamp` is not an RFC 3339 time.
-    #[error(
-        "exec plugin {command} printed a status.expirationTimestamp that is not an RFC 3339 time"
-    )]
+    #[error("the plugin printed a status.expirationTimestamp that is not an RFC 3339 time")]
     InvalidExpiry {
         /// The command.
         command: String,
@@ -110,8 +110,8 @@ pub enum ExecError {
     /// `clientKeyData`): not supported here; with `bearer_reload::kube`, such a config
     /// gets kube's own client.
     #[error(
-        "exec plugin {command} returned a client certificate; only bearer tokens are \
-         supported (use kube's own client for certificate credentials)"
+        "the plugin returned a client certificate; only bearer tokens are supported (use \
+         kube's own client for certificate credentials)"
     )]
     ClientCertificate {
         /// The command.
@@ -120,8 +120,8 @@ pub enum ExecError {
     /// `interactiveMode: Always`, and standard input is not a terminal: the plugin is not
     /// run (it would wait for an answer that cannot come).
     #[error(
-        "exec plugin {command} needs a terminal (interactiveMode: Always) and standard \
-         input is not one; not running it"
+        "the plugin needs a terminal (interactiveMode: Always) and standard input is not \
+         one; not running it"
     )]
     NeedsTerminal {
         /// The command.

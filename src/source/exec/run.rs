@@ -3,7 +3,11 @@
 //!
 //! Everything here is asynchronous (`tokio::process`): no worker is blocked while a plugin
 //! runs, and when the store drops a run that took too long, the child is dropped with it
-//! and killed (`kill_on_drop`).
+//! and killed (`kill_on_drop`). A plugin that does not share the terminal runs in a process
+//! group of its own, killed whole when the run ends before the plugin does (a time limit,
+//! an oversize output, a read error): a wrapper script's children (`sh -c 'helper &
+//! wait'`), which `kill_on_drop` alone would leave running, go with it. A plugin that
+//! shares the terminal stays in the terminal's foreground group, so that it may prompt.
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
@@ -46,7 +50,10 @@ pub(super) async fn run(
     cmd.stdout(Stdio::piped()).kill_on_drop(true);
     match terminal {
         Terminal::Shared => cmd.stdin(Stdio::inherit()).stderr(Stdio::inherit()),
-        Terminal::Detached => cmd.stdin(Stdio::null()).stderr(Stdio::piped()),
+        Terminal::Detached => cmd
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0),
     };
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         io::ErrorKind::NotFound => ExecError::NotFound {
@@ -58,6 +65,11 @@ pub(super) async fn run(
             source,
         },
     })?;
+    // The group's id is the child's pid (`process_group(0)`).
+    let mut group = Group(match terminal {
+        Terminal::Detached => child.id(),
+        Terminal::Shared => None,
+    });
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take();
     let read_stdout = async {
@@ -78,11 +90,30 @@ pub(super) async fn run(
     // An oversize output ends the run at once: the child is dropped, and killed, here.
     let (stdout, stderr) = tokio::try_join!(read_stdout, read_stderr)?;
     let status = child.wait().await.map_err(io_error)?;
+    // The plugin exited and its output is closed: what it left running (a daemon that
+    // closed its output) is its own business.
+    group.0 = None;
     Ok(Exited {
         status,
         stdout,
         stderr: stderr.map(Tail::into_message),
     })
+}
+
+/// A plugin's process group, killed when dropped unless the run finished.
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let Some(pgid) = self.0.and_then(|id| i32::try_from(id).ok()) else {
+            return;
+        };
+        let Some(pgid) = rustix::process::Pid::from_raw(pgid) else {
+            return;
+        };
+        // ESRCH: the group is gone already.
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
 }
 
 /// Reads `r` to its end; `None` as soon as it holds more than `max` bytes.

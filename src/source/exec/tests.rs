@@ -69,7 +69,7 @@ async fn runs_the_plugin_with_its_args_env_and_exec_info() {
     let fetched = fetch(&source).await.unwrap();
     assert_eq!(fetched.bytes(), b"tok-1");
     let exp: jiff::Timestamp = "2099-01-02T03:04:05Z".parse().unwrap();
-    assert_eq!(fetched.expiry(), Some(SystemTime::from(exp)));
+    assert_eq!(fetched.expires_at(), Some(SystemTime::from(exp)));
 
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
     assert_eq!(read("args"), "eks\nget-token\n--cluster-name=prod\n");
@@ -109,7 +109,7 @@ async fn v1beta1_is_accepted_and_the_version_must_match() {
     let source = printing(dir.path(), &doc).api_version(ApiVersion::V1Beta1);
     let fetched = fetch(&source).await.unwrap();
     assert_eq!(fetched.bytes(), b"beta");
-    assert_eq!(fetched.expiry(), None, "no expiry: kept until a 401");
+    assert_eq!(fetched.expires_at(), None, "no expiry: kept until a 401");
 
     let err = fetch(&source.api_version(ApiVersion::V1))
         .await
@@ -186,10 +186,7 @@ async fn a_broken_credential_gets_an_error_that_says_what_is_wrong() {
     for (doc, want) in cases {
         let source = printing(dir.path(), &doc);
         let msg = fetch(&source).await.unwrap_err().to_string();
-        assert!(
-            msg.starts_with(&format!("exec plugin {}", source.command().display())),
-            "{msg}"
-        );
+        assert!(msg.starts_with("the plugin "), "{msg}");
         assert!(msg.contains(want), "{doc}: {msg}");
         assert!(!msg.contains("c2lnbmF0dXJl"), "{msg}");
     }
@@ -223,13 +220,10 @@ async fn a_failing_plugin_reports_its_status_and_its_stderr_redacted() {
     let source = ExecSource::new(script(dir.path(), "failing", &body))
         .interactive_mode(InteractiveMode::Never);
     let err = fetch(&source).await.unwrap_err();
-    let command = source.command().display();
     assert_eq!(
         err.to_string(),
-        format!(
-            "exec plugin {command} exited with status 3; stderr: error: refresh token \
-             [redacted] has expired\nrun `aws sso login --profile prod`"
-        )
+        "the plugin exited with status 3; stderr: error: refresh token [redacted] has \
+         expired\nrun `aws sso login --profile prod`"
     );
 
     let killed = ExecSource::new(script(dir.path(), "killed", "kill -9 $$"))
@@ -272,17 +266,14 @@ async fn a_command_not_found_shows_the_install_hint() {
     let err = fetch(&source).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!(
-            "exec plugin {} not found; brew install no-such-plugin",
-            missing.display()
-        )
+        "the command was not found; brew install no-such-plugin"
+    );
+    assert!(
+        matches!(&err, ExecError::NotFound { command, .. } if *command == missing.display().to_string())
     );
     let bare = ExecSource::new("bearer-reload-no-such-plugin");
     let err = fetch(&bare).await.unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "exec plugin bearer-reload-no-such-plugin not found"
-    );
+    assert_eq!(err.to_string(), "the command was not found");
 
     // Not executable: found, but cannot start.
     let path = dir.path().join("not-executable");
@@ -309,10 +300,7 @@ async fn output_over_the_cap_is_refused_without_waiting_for_the_plugin() {
     );
     assert_eq!(
         err.to_string(),
-        format!(
-            "exec plugin {} printed more than 1024 bytes; refused",
-            source.command().display()
-        )
+        "the plugin printed more than 1024 bytes; refused"
     );
 }
 
@@ -393,24 +381,17 @@ fn a_relative_command_with_a_separator_resolves_against_the_kubeconfig_directory
 }
 
 #[test]
-fn share_key_and_debug_never_show_env_values() {
+fn debug_never_shows_env_values() {
     let source = ExecSource::new("aws")
         .arg("eks")
         .env("AWS_SECRET_ACCESS_KEY", "hunter2-secret");
-    let key = source.share_key().unwrap();
-    assert!(!key.contains("hunter2"), "{key}");
-    assert_eq!(source.clone().share_key().unwrap(), key);
-    let other = ExecSource::new("aws")
-        .arg("eks")
-        .env("AWS_SECRET_ACCESS_KEY", "other");
-    assert_ne!(other.share_key().unwrap(), key);
     let debug = format!("{source:?}");
     assert!(
         debug.contains("AWS_SECRET_ACCESS_KEY") && !debug.contains("hunter2"),
         "{debug}"
     );
     assert_eq!(source.describe(), "exec plugin aws");
-    assert_eq!(source.default_read_timeout(), Duration::from_secs(60));
+    assert_eq!(source.default_fetch_timeout(), Duration::from_secs(60));
     assert_eq!(source.default_refresh_interval(), None);
 }
 
@@ -477,7 +458,10 @@ async fn the_expiry_is_the_credentials() {
         json!({"token": "t", "expirationTimestamp": "2100-01-01T00:00:00Z"}),
     );
     assert_eq!(
-        fetch(&printing(dir.path(), &doc)).await.unwrap().expiry(),
+        fetch(&printing(dir.path(), &doc))
+            .await
+            .unwrap()
+            .expires_at(),
         Some(at)
     );
     let doc = credential(
@@ -485,7 +469,10 @@ async fn the_expiry_is_the_credentials() {
         json!({"token": "t", "expirationTimestamp": "2100-01-01T01:00:00+01:00"}),
     );
     assert_eq!(
-        fetch(&printing(dir.path(), &doc)).await.unwrap().expiry(),
+        fetch(&printing(dir.path(), &doc))
+            .await
+            .unwrap()
+            .expires_at(),
         Some(at)
     );
 }

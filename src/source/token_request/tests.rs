@@ -18,94 +18,99 @@ fn offline(namespace: &str) -> Client {
     )
 }
 
-fn builder() -> TokenRequestBuilder {
-    TokenRequestSource::builder(offline("team-a"), "https://10.96.0.1:443/")
-        .service_account("payments")
+fn source() -> TokenRequestSource {
+    TokenRequestSource::new(offline("team-a"), "payments")
         .audience("vault")
         .expiration(Duration::from_secs(600))
 }
 
+fn err(source: TokenRequestSource) -> TokenRequestError {
+    match source.spec.check() {
+        Ok(_) => panic!("{source:?} passed"),
+        Err(e) => e,
+    }
+}
+
 #[tokio::test]
-async fn the_builder_refuses_what_the_api_would_refuse() {
-    let err = |b: TokenRequestBuilder| b.build().unwrap_err();
-    let short = err(builder().expiration(Duration::from_secs(599)));
-    assert_eq!(
+async fn what_the_api_would_refuse_is_refused_before_any_request() {
+    let short = err(source().expiration(Duration::from_secs(599)));
+    assert!(matches!(
         short,
-        InvalidTokenRequest::ExpirationTooShort {
-            account: "serviceaccount team-a/payments (TokenRequest, audiences: vault)".into(),
-            seconds: 599,
-        }
+        TokenRequestError::ExpirationTooShort { seconds: 599 }
+    ));
+    assert_eq!(
+        short.to_string(),
+        "expirationSeconds 599 is below the API's minimum of 600 (10 minutes)"
     );
     // Whole seconds count: 599.9 s is 599.
-    let almost = err(builder().expiration(Duration::from_millis(599_900)));
+    let almost = err(source().expiration(Duration::from_millis(599_900)));
     assert!(matches!(
         almost,
-        InvalidTokenRequest::ExpirationTooShort { seconds: 599, .. }
+        TokenRequestError::ExpirationTooShort { seconds: 599 }
     ));
     assert!(
-        builder()
+        source()
             .expiration(Duration::from_secs(600))
-            .build()
+            .spec
+            .check()
             .is_ok()
     );
-    let long = err(builder().expiration(Duration::from_secs((1 << 32) + 1)));
+    let long = err(source().expiration(Duration::from_secs((1 << 32) + 1)));
     assert!(
         long.to_string()
             .ends_with("above the API's maximum of 2^32"),
         "{long}"
     );
-
-    let unnamed = TokenRequestSource::builder(offline("team-a"), "https://x").build();
-    assert_eq!(unnamed.unwrap_err(), InvalidTokenRequest::NoServiceAccount);
-    let bad_ns = err(builder().namespace("Team_A"));
+    let bad_ns = err(source().namespace("Team_A"));
     assert_eq!(
         bad_ns.to_string(),
-        "serviceaccount Team_A/payments (TokenRequest, audiences: vault): namespace \"Team_A\" \
-         is not a valid name: only lowercase letters, digits and '-' are allowed"
+        "namespace \"Team_A\" is not a valid name: only lowercase letters, digits and '-' \
+         are allowed"
     );
+    let named = |name: &str| TokenRequestSource::new(offline("team-a"), name);
     assert!(matches!(
-        err(builder().service_account("a/b")),
-        InvalidTokenRequest::InvalidName {
+        err(named("a/b")),
+        TokenRequestError::InvalidName {
             what: "service account",
             ..
         }
     ));
     assert!(matches!(
-        err(builder().service_account("")),
-        InvalidTokenRequest::InvalidName {
+        err(named("")),
+        TokenRequestError::InvalidName {
             problem: "empty",
             ..
         }
     ));
     assert!(matches!(
-        err(builder().bound_to(BoundObject::pod("-x"))),
-        InvalidTokenRequest::InvalidName {
+        err(source().bound_to(BoundObject::pod("-x"))),
+        TokenRequestError::InvalidName {
             what: "bound object",
             ..
         }
     ));
     assert!(matches!(
-        err(builder().audience("")),
-        InvalidTokenRequest::EmptyAudience { .. }
+        err(source().audience("")),
+        TokenRequestError::EmptyAudience
     ));
     // Dotted service account names are valid subdomains.
-    assert!(builder().service_account("ci.bot-1").build().is_ok());
+    assert!(named("ci.bot-1").spec.check().is_ok());
 
     // Each limit is inclusive: the longest allowed passes, one more is refused.
     let max = Duration::from_secs(1 << 32);
-    assert!(builder().expiration(max).build().is_ok());
+    assert!(source().expiration(max).spec.check().is_ok());
     assert!(matches!(
-        err(builder().expiration(max + Duration::from_secs(1))),
-        InvalidTokenRequest::ExpirationTooLong { .. }
+        err(source().expiration(max + Duration::from_secs(1))),
+        TokenRequestError::ExpirationTooLong { .. }
     ));
-    let problem = |b: TokenRequestBuilder| match b.build() {
+    let problem = |s: TokenRequestSource| match s.spec.check() {
         Ok(_) => None,
-        Err(InvalidTokenRequest::InvalidName { problem, .. }) => Some(problem),
+        Err(TokenRequestError::InvalidName { problem, .. }) => Some(problem),
         Err(other) => panic!("{other}"),
     };
-    assert_eq!(problem(builder().namespace("n".repeat(63))), None);
+    assert_eq!(problem(source().namespace("n".repeat(63))), None);
     assert_eq!(
-        problem(builder().namespace("n".repeat(64))),
+        problem(source().namespace("n".repeat(64))),
         Some("longer than 63 characters")
     );
     // 253 characters in parts of at most 63.
@@ -114,14 +119,14 @@ async fn the_builder_refuses_what_the_api_would_refuse() {
         name.truncate(len);
         name
     };
-    assert_eq!(problem(builder().service_account(subdomain(253))), None);
+    assert_eq!(problem(named(&subdomain(253))), None);
     assert_eq!(
-        problem(builder().service_account(subdomain(254))),
+        problem(named(&subdomain(254))),
         Some("longer than 253 characters")
     );
     for name in ["-team", "team-"] {
         assert_eq!(
-            problem(builder().namespace(name)),
+            problem(source().namespace(name)),
             Some("must start and end with a letter or digit"),
             "{name}"
         );
@@ -129,11 +134,45 @@ async fn the_builder_refuses_what_the_api_would_refuse() {
 }
 
 #[tokio::test]
-async fn debug_of_the_builder_shows_what_it_asks_for() {
-    let debug = format!("{:?}", builder().bound_to(BoundObject::pod("web-0")));
+async fn an_invalid_request_fails_the_load_naming_the_account() {
+    let err = crate::TokenStore::builder(source().expiration(Duration::from_secs(60)))
+        .load()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        format!("{}", crate::store::Chain(&err)),
+        "cannot fetch a token from serviceaccount team-a/payments (TokenRequest, audiences: \
+         vault): expirationSeconds 60 is below the API's minimum of 600 (10 minutes)"
+    );
+}
+
+#[tokio::test]
+async fn defaults_come_from_the_client_and_the_api() {
+    let source = TokenRequestSource::new(offline("apps"), "web");
+    assert_eq!(
+        source.describe(),
+        "serviceaccount apps/web (TokenRequest, audiences: the API server's)"
+    );
+    let checked = source.spec.check().unwrap();
+    assert_eq!(checked.expiration, Duration::from_secs(3600));
+    let body: Value = serde_json::from_slice(&checked.body).unwrap();
+    assert_eq!(
+        body,
+        json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "metadata": {},
+            "spec": {"expirationSeconds": 3600},
+        })
+    );
+    assert_eq!(checked.path, "/api/v1/namespaces/apps/serviceaccounts");
+}
+
+#[tokio::test]
+async fn debug_shows_what_it_asks_for() {
+    let debug = format!("{:?}", source().bound_to(BoundObject::pod("web-0")));
     for part in [
-        "TokenRequestBuilder",
-        "https://10.96.0.1:443",
+        "TokenRequestSource",
         "team-a",
         "payments",
         "vault",
@@ -145,49 +184,11 @@ async fn debug_of_the_builder_shows_what_it_asks_for() {
 }
 
 #[tokio::test]
-async fn defaults_come_from_the_client_and_the_api() {
-    let source = TokenRequestSource::builder(offline("apps"), "https://c")
-        .service_account("web")
-        .build()
-        .unwrap();
-    assert_eq!(source.expiration(), Duration::from_secs(3600));
-    assert_eq!(
-        source.describe(),
-        "serviceaccount apps/web (TokenRequest, audiences: the API server's)"
-    );
-    let body: Value = serde_json::from_slice(&source.body).unwrap();
-    assert_eq!(
-        body,
-        json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "metadata": {},
-            "spec": {"expirationSeconds": 3600},
-        })
-    );
-    assert_eq!(source.path, "/api/v1/namespaces/apps/serviceaccounts");
-}
-
-#[tokio::test]
-async fn debug_names_the_account_and_lifetime() {
-    let source = builder().build().unwrap();
-    let debug = format!("{source:?}");
-    assert!(
-        debug.starts_with("TokenRequestSource")
-            && debug.contains("payments")
-            && debug.contains("600s"),
-        "{debug}"
-    );
-}
-
-#[tokio::test]
 async fn the_request_carries_audiences_expiration_and_bound_object() {
-    let source = builder()
+    let source = source()
         .audiences(["https://billing.example", "vault"])
-        .bound_to(BoundObject::pod("web-0").uid("9e1c7b2a"))
-        .build()
-        .unwrap();
-    let body: Value = serde_json::from_slice(&source.body).unwrap();
+        .bound_to(BoundObject::pod("web-0").uid("9e1c7b2a"));
+    let body: Value = serde_json::from_slice(&source.spec.check().unwrap().body).unwrap();
     assert_eq!(
         body["spec"],
         json!({
@@ -203,64 +204,55 @@ async fn the_request_carries_audiences_expiration_and_bound_object() {
 }
 
 #[tokio::test]
-async fn the_share_key_is_the_kubelets_cache_key_with_the_cluster() {
-    let key = |b: TokenRequestBuilder| b.build().unwrap().share_key().unwrap();
-    let base = key(builder().audience("billing"));
-    // Audience order and repeats, and a trailing slash on the URL, do not matter.
-    assert_eq!(base, key(builder().audiences(["billing", "vault"])));
-    let other_order = TokenRequestSource::builder(offline("team-a"), "https://10.96.0.1:443")
-        .service_account("payments")
+async fn each_part_of_the_request_draws_its_own_jitter() {
+    let seed = |s: TokenRequestSource| s.spec.check().unwrap().seed;
+    let base = seed(source().audience("billing"));
+    // Audience order and repeats do not matter.
+    assert_eq!(base, seed(source().audiences(["billing", "vault"])));
+    let other_order = TokenRequestSource::new(offline("team-a"), "payments")
         .audiences(["billing", "vault", "vault"])
         .expiration(Duration::from_secs(600));
-    assert_eq!(base, key(other_order));
+    assert_eq!(base, seed(other_order));
     // Each part does.
     let differs = [
-        TokenRequestSource::builder(offline("team-a"), "https://10.96.0.2:443")
-            .service_account("payments")
+        source().audience("billing").namespace("team-b"),
+        TokenRequestSource::new(offline("team-a"), "orders")
             .audiences(["billing", "vault"])
             .expiration(Duration::from_secs(600)),
-        builder().audience("billing").namespace("team-b"),
-        builder().audience("billing").service_account("orders"),
-        builder(),
-        builder()
+        source(),
+        source()
             .audience("billing")
             .expiration(Duration::from_secs(601)),
-        builder()
+        source()
             .audience("billing")
             .bound_to(BoundObject::pod("web-0")),
-        builder()
+        source()
             .audience("billing")
             .bound_to(BoundObject::secret("web-0")),
-        builder()
+        source()
             .audience("billing")
             .bound_to(BoundObject::pod("web-0").uid("u")),
     ];
-    let mut keys: Vec<String> = differs.into_iter().map(key).collect();
-    keys.push(base);
-    let count = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(keys.len(), count, "every key differs");
+    let mut seeds: Vec<u64> = differs.into_iter().map(seed).collect();
+    seeds.push(base);
+    let count = seeds.len();
+    seeds.sort_unstable();
+    seeds.dedup();
+    assert_eq!(seeds.len(), count, "every seed differs");
 }
 
 #[tokio::test]
-async fn a_failed_request_names_the_account_and_audience() {
-    let source = builder().build().unwrap();
+async fn a_failed_request_says_what_failed() {
     let cx = FetchContext::new(Trigger::Unauthorized, 1 << 16);
-    let err = source.fetch(cx).await.unwrap_err();
-    assert!(matches!(err, TokenRequestError::Request { .. }), "{err:?}");
-    assert!(
-        err.to_string().starts_with(
-            "serviceaccount team-a/payments (TokenRequest, audiences: vault): request failed:"
-        ),
-        "{err}"
-    );
+    let err = source().fetch(cx).await.unwrap_err();
+    assert!(matches!(err, TokenRequestError::Request(_)), "{err:?}");
+    assert_eq!(err.to_string(), "the request failed");
+    assert!(std::error::Error::source(&err).is_some());
     assert_eq!(err.code(), None);
 }
 
 #[test]
 fn api_statuses_are_sorted_by_what_they_mean() {
-    let account: Arc<str> = "serviceaccount a/b (TokenRequest, audiences: v)".into();
     let status = |code: u16, reason: &str, message: &str| {
         ::kube::Error::Api(
             ::kube::core::Status::failure(message, reason)
@@ -268,27 +260,24 @@ fn api_statuses_are_sorted_by_what_they_mean() {
                 .boxed(),
         )
     };
-    let forbidden = TokenRequestError::from_kube(
-        &account,
-        status(403, "Forbidden", "serviceaccounts \"b\" is forbidden"),
-    );
+    let forbidden = TokenRequestError::from_kube(status(
+        403,
+        "Forbidden",
+        "serviceaccounts \"b\" is forbidden",
+    ));
     assert_eq!(
         forbidden.to_string(),
-        "serviceaccount a/b (TokenRequest, audiences: v): forbidden to create tokens (403): \
-         serviceaccounts \"b\" is forbidden"
+        "forbidden to create tokens (403): serviceaccounts \"b\" is forbidden"
     );
-    let missing = TokenRequestError::from_kube(&account, status(404, "NotFound", "gone"));
+    let missing = TokenRequestError::from_kube(status(404, "NotFound", "gone"));
     assert!(matches!(missing, TokenRequestError::NotFound { .. }));
-    let unavailable =
-        TokenRequestError::from_kube(&account, status(503, "ServiceUnavailable", "down"));
+    let unavailable = TokenRequestError::from_kube(status(503, "ServiceUnavailable", "down"));
     assert_eq!(
         unavailable.to_string(),
-        "serviceaccount a/b (TokenRequest, audiences: v): the API server answered 503 \
-         ServiceUnavailable: down"
+        "the API server answered 503 ServiceUnavailable: down"
     );
     assert_eq!(unavailable.code(), Some(503));
-    let refused =
-        TokenRequestError::from_kube(&account, status(401, "Unauthorized", "Unauthorized"));
+    let refused = TokenRequestError::from_kube(status(401, "Unauthorized", "Unauthorized"));
     assert!(matches!(refused, TokenRequestError::Unauthorized { .. }));
 }
 

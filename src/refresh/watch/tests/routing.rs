@@ -3,7 +3,6 @@
 //! time.
 
 use super::*;
-use crate::TokenLoader;
 use crate::refresh::registry::READS_PER_DIR;
 use std::sync::atomic::AtomicUsize;
 
@@ -65,7 +64,7 @@ async fn an_event_for_the_whole_directory_reads_each_file_once_a_few_at_a_time()
     for (i, path) in paths.iter().enumerate() {
         let (running, most) = (running.clone(), most.clone());
         // A source that takes a while, so that reads let run at once would overlap.
-        let store = TokenLoader::new(format!("tenant-{i}"), move || {
+        let store = crate::test_support::loader(format!("tenant-{i}"), move || {
             let (running, most) = (running.clone(), most.clone());
             async move {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;

@@ -20,9 +20,7 @@ fn tree(dirs: &[&str]) -> (tempfile::TempDir, PathBuf) {
 
 /// Replaces `path` by a temporary file renamed over it, as agents and editors do.
 fn rename_over(path: &Path, token: &str) {
-    let tmp = path.with_file_name(".incoming.tmp");
-    std::fs::write(&tmp, token).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+    crate::test_support::writers::rename_over(path, token).unwrap();
 }
 
 /// Re-points the link at `link` to `target` atomically, as `ln -sfn` in two steps does.

@@ -1,40 +1,41 @@
-//! [`Handle`]: a weak reference to a store, for the work that keeps it fresh.
+//! [`WeakStore`]: a weak reference to a store, for the work that keeps it fresh.
 
 use std::fmt;
 use std::sync::Weak;
 
+use super::flight::Ask;
 use super::{LoadError, OnFailure, Recency, Reloaded, Shared, TokenStore, WatchState, wait};
 use crate::source::Trigger;
 use crate::sync::lock;
 
 /// A weak reference to a [`TokenStore`], held by background work (the timer, the
-/// watcher, your own refreshers) so that it never keeps the store alive.
-///
-/// Built by [`TokenStore::downgrade`].
+/// watcher) so that it never keeps the store alive.
 #[derive(Clone)]
-pub struct Handle {
+pub(crate) struct WeakStore {
     shared: Weak<Shared>,
 }
 
-impl fmt::Debug for Handle {
+impl fmt::Debug for WeakStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let origin = self.shared.upgrade().map(|s| s.origin.clone());
-        f.debug_struct("Handle").field("source", &origin).finish()
+        f.debug_struct("WeakStore")
+            .field("source", &origin)
+            .finish()
     }
 }
 
-impl Handle {
+impl WeakStore {
     pub(super) fn new(shared: Weak<Shared>) -> Self {
         Self { shared }
     }
 
     /// The store, unless every `TokenStore` clone has been dropped.
-    pub fn upgrade(&self) -> Option<TokenStore> {
+    pub(crate) fn upgrade(&self) -> Option<TokenStore> {
         self.shared.upgrade().map(|shared| TokenStore { shared })
     }
 
     /// Resolves when the store is dropped.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) else {
             return;
         };
@@ -52,7 +53,8 @@ impl Handle {
         let (done, ticket) = {
             let shared = self.shared.upgrade()?;
             let wanted = lock(&shared.flight).wanted(recency);
-            (shared.done.subscribe(), shared.ask(wanted, trigger, report))
+            let ask = Ask { trigger, report };
+            (shared.done.subscribe(), shared.ask(wanted, ask, None))
         };
         wait(done, ticket).await
     }
@@ -60,8 +62,7 @@ impl Handle {
     /// Records whether the store's file is watched.
     pub(crate) fn set_watch_state(&self, state: WatchState) {
         if let Some(shared) = self.shared.upgrade() {
-            shared.telemetry.watch_state(&state);
-            *lock(&shared.watch_state) = state;
+            shared.set_watch_state(state);
         }
     }
 }

@@ -1,0 +1,288 @@
+//! [`StoreBuilder`]: how a [`TokenStore`] is built on any source, and its options.
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::refresh::{self, Plan};
+use crate::source::{DynSource, TokenSource};
+use crate::store::{Config, LoadError, Start, TokenStore};
+use crate::token::DEFAULT_MAX_SIZE;
+
+/// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`].
+///
+/// `.load().await` fetches the first token (an error there names the source and the
+/// problem), builds the store and starts what keeps it fresh: the timer, and for a file
+/// the directory watcher, as a task on the current tokio runtime that ends with the store.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), bearer_reload::LoadError> {
+/// use std::time::Duration;
+/// use bearer_reload::TokenStore;
+/// use bearer_reload::source::FileSource;
+///
+/// let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+/// let store = TokenStore::builder(FileSource::new(path))
+///     .refresh_interval(Some(Duration::from_secs(30)))
+///     .load()
+///     .await?;
+/// println!("loaded {}", store.current());
+/// # Ok(()) }
+/// ```
+///
+/// Like `tower::buffer::Buffer::pair`, [`pair`](Self::pair) hands back the background
+/// work instead of spawning it, for an application that runs its own tasks.
+///
+/// By default a file (or a closure) is read again every 60 seconds, and a file on every
+/// change in its directory; a source that says when its tokens expire is fetched again
+/// before they do; tokens up to 64 KiB are accepted; a fetch may take 10 s (60 s for an
+/// exec plugin); and 401s to one token trigger at most one fetch a second.
+pub struct StoreBuilder {
+    source: Arc<dyn DynSource>,
+    /// The source's [`describe`](TokenSource::describe).
+    origin: String,
+    /// The source's file, if it reads one.
+    path: Option<PathBuf>,
+    default_refresh_interval: Option<Duration>,
+    default_fetch_timeout: Duration,
+    /// `None`: the source's default.
+    refresh_interval: Option<Option<Duration>>,
+    watch: bool,
+    max_size: usize,
+    unauthorized_interval: Duration,
+    /// `None`: the source's default.
+    fetch_timeout: Option<Duration>,
+    name: Option<String>,
+    clock: Clock,
+}
+
+impl fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("source", &self.origin)
+            .field("refresh_interval", &self.period())
+            .field("watch", &self.watch_path())
+            .field("max_size", &self.max_size)
+            .field("unauthorized_interval", &self.unauthorized_interval)
+            .field("fetch_timeout", &self.time_limit())
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl TokenStore {
+    /// A builder of a store on `source`, with the default options: a file
+    /// ([`FileSource`](crate::source::FileSource)), an async closure
+    /// ([`FnSource`](crate::source::FnSource)), an exec plugin
+    /// ([`ExecSource`](crate::source::ExecSource)), a TokenRequest, or a source of your own.
+    pub fn builder(source: impl TokenSource) -> StoreBuilder {
+        StoreBuilder {
+            origin: source.describe(),
+            path: source.path().map(ToOwned::to_owned),
+            default_refresh_interval: source.default_refresh_interval(),
+            default_fetch_timeout: source.default_fetch_timeout(),
+            source: Arc::new(source),
+            refresh_interval: None,
+            watch: true,
+            max_size: DEFAULT_MAX_SIZE,
+            unauthorized_interval: Duration::from_secs(1),
+            fetch_timeout: None,
+            name: None,
+            clock: Clock::default(),
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// How often the source is read again regardless of any event (default: the source's
+    /// [`default_refresh_interval`], 60 s for a file or a closure, none for a source that
+    /// gives expiries); `None` turns the periodic reads off. Each wait is drawn a little
+    /// longer than the interval (by up to 5% of it, at least a second, at most a quarter),
+    /// so that stores loaded together do not read in step. The reads at the moments the
+    /// token's dates tell about (a JWT's rotation point and expiry, a source's expiry)
+    /// go on either way.
+    ///
+    /// [`default_refresh_interval`]: TokenSource::default_refresh_interval
+    pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
+        self.refresh_interval = Some(interval);
+        self
+    }
+
+    /// Do not watch the source's file for changes (watched by default; a source that is
+    /// not a file has nothing to watch). The timer still reads it.
+    pub fn no_watch(mut self) -> Self {
+        self.watch = false;
+        self
+    }
+
+    /// The largest token accepted, in bytes (default 64 KiB). A file is refused from its
+    /// length, or after reading at most `max_size + 1` bytes.
+    pub fn max_size(mut self, max_size: usize) -> Self {
+        self.max_size = max_size;
+        self
+    }
+
+    /// The least time between two fetches triggered by unauthorized responses to the same
+    /// token (default 1 s), so that a token that is simply wrong costs one fetch per
+    /// interval, however many requests it fails. A token newer than the last one refused
+    /// gets a fetch at once.
+    pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
+        self.unauthorized_interval = interval;
+        self
+    }
+
+    /// How long one fetch may take before it counts as failed (default: the source's
+    /// [`default_fetch_timeout`], 10 s for a file or a closure, 60 s for an exec plugin): a
+    /// read stuck on a dead mount or a hung plugin must not hold up every later reload.
+    ///
+    /// [`default_fetch_timeout`]: TokenSource::default_fetch_timeout
+    pub fn fetch_timeout(mut self, limit: Duration) -> Self {
+        self.fetch_timeout = Some(limit);
+        self
+    }
+
+    /// The store's name: the `source` label of its metrics (feature `metrics`), such as a
+    /// tenant's. By default its source's description (`file /var/run/...`). Never put a
+    /// token in it.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The wall clock the store compares token dates to (tests only).
+    #[cfg(test)]
+    pub(crate) fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Simulated time for tests (feature `testing`): the store reads the wall-clock time as
+    /// `origin` plus the tokio time elapsed since `start`, instead of the system clock.
+    ///
+    /// Token dates are wall-clock dates, while tokio's paused clock
+    /// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause`) moves only its own
+    /// `Instant`. With this clock one `tokio::time::advance` moves the timer and the dates the
+    /// store compares expiries to together, so that a test can run a day of refreshes in
+    /// a second. A test server that mints tokens must use the same time
+    /// (`origin + (tokio::time::Instant::now() - start)`). Not meant for production.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use std::time::{Duration, SystemTime};
+    /// use bearer_reload::TokenStore;
+    /// use bearer_reload::source::FnSource;
+    ///
+    /// let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    /// let source = FnSource::new("t", || async { Ok::<_, std::io::Error>(b"abc".to_vec()) });
+    /// let store = TokenStore::builder(source)
+    ///     .simulated_clock(origin, tokio::time::Instant::now())
+    ///     .load()
+    ///     .await
+    ///     .unwrap();
+    /// // An hour passes for the store's dates and its timer alike, at once.
+    /// tokio::time::advance(Duration::from_secs(3600)).await;
+    /// assert_eq!(store.current().header_value(), "Bearer abc");
+    /// # }
+    /// ```
+    #[cfg(feature = "testing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub fn simulated_clock(
+        mut self,
+        origin: std::time::SystemTime,
+        start: tokio::time::Instant,
+    ) -> Self {
+        self.clock = Clock::tokio(origin, start);
+        self
+    }
+
+    /// Fetches the first token and returns a store that keeps it fresh, with its timer and
+    /// watcher running as a task on the current tokio runtime that ends with the store.
+    ///
+    /// Fails, naming the source, when the first fetch fails or does not yield a valid
+    /// token. Must be called within a tokio runtime with its time driver (`#[tokio::main]`
+    /// and `#[tokio::test]` have one): the store's reads run there, with a time limit.
+    ///
+    /// If that runtime shuts down while the store lives on (a store loaded by a short-lived
+    /// runtime and used on another), nothing refreshes it until its next use:
+    /// [`status`](TokenStore::status) says [`WatchState::Stopped`](crate::WatchState::Stopped),
+    /// the crate warns once, and the next request through a layer (or
+    /// [`reload`](TokenStore::reload)) made from a live runtime starts the timer and the
+    /// watcher again there.
+    pub async fn load(self) -> Result<TokenStore, LoadError> {
+        let plan = self.plan();
+        let store = self.build().await?;
+        let start: Start = Arc::new(move |weak| Box::pin(refresh::refresher(weak, &plan)));
+        let refresher = start(store.downgrade());
+        store.restart_with(start);
+        tokio::spawn(refresher);
+        Ok(store)
+    }
+
+    /// Like [`load`](Self::load), but hands back the background work (the timer and the
+    /// watcher) for the caller to run, instead of spawning it. It ends when the store is
+    /// dropped; if it is dropped first, nothing refreshes the store any more (its status
+    /// says so) and nothing starts it again: it is the caller's.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), bearer_reload::LoadError> {
+    /// use bearer_reload::TokenStore;
+    /// use bearer_reload::source::FnSource;
+    ///
+    /// let source = FnSource::new("static", || async { Ok::<_, std::io::Error>(b"abc".to_vec()) });
+    /// let (store, refresher) = TokenStore::builder(source).pair().await?;
+    /// let background = tokio::spawn(refresher); // or into the application's own task set
+    /// assert_eq!(store.current().header_value(), "Bearer abc");
+    ///
+    /// drop(store);
+    /// background.await.unwrap(); // the refresher ends with the store
+    /// # Ok(()) }
+    /// ```
+    pub async fn pair(
+        self,
+    ) -> Result<(TokenStore, impl Future<Output = ()> + Send + 'static), LoadError> {
+        let plan = self.plan();
+        let store = self.build().await?;
+        let refresher = refresh::refresher(store.downgrade(), &plan);
+        Ok((store, refresher))
+    }
+
+    fn period(&self) -> Option<Duration> {
+        self.refresh_interval
+            .unwrap_or(self.default_refresh_interval)
+    }
+
+    fn time_limit(&self) -> Duration {
+        self.fetch_timeout.unwrap_or(self.default_fetch_timeout)
+    }
+
+    fn watch_path(&self) -> Option<&PathBuf> {
+        self.path.as_ref().filter(|_| self.watch)
+    }
+
+    fn plan(&self) -> Plan {
+        Plan {
+            period: self.period(),
+            clock: self.clock,
+            watch: self.watch_path().cloned(),
+        }
+    }
+
+    async fn build(self) -> Result<TokenStore, LoadError> {
+        let config = Config {
+            fetch_timeout: self.time_limit(),
+            name: self.name,
+            max_size: self.max_size,
+            unauthorized_interval: self.unauthorized_interval,
+            clock: self.clock,
+        };
+        TokenStore::load(self.source, self.origin, config).await
+    }
+}
+
+#[cfg(test)]
+mod tests;
