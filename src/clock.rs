@@ -82,6 +82,8 @@ impl fmt::Debug for Rfc3339 {
 /// process to the next: it spreads the moments of a fleet of clients without a
 /// random-number crate.
 pub(crate) fn jitter(key: u64, max: Duration) -> Duration {
+    // A random key drawn once per process and never changed: no state, only what makes
+    // this process's jitter its own (a constant would put a fleet's clients in step).
     static SEED: LazyLock<std::collections::hash_map::RandomState> =
         LazyLock::new(std::collections::hash_map::RandomState::new);
     let Ok(max_nanos) = u64::try_from(max.as_nanos()) else {

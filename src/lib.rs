@@ -152,3 +152,8 @@ pub use builder::StoreBuilder;
 pub use layer::{BearerLayer, BearerService};
 pub use store::{LoadError, Status, TokenStore, WatchState};
 pub use token::Token;
+
+// The README's examples, compiled and run as doctests, so that they cannot rot.
+#[cfg(all(doctest, feature = "kube", feature = "reqwest"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -91,15 +91,22 @@ pub(crate) fn bearer_store(next: Arc<AtomicU64>) -> TokenStore {
         .enable_time()
         .build()
         .expect("a runtime");
-    rt.block_on(
-        TokenStore::builder(FnSource::new("bench", move || {
-            let bytes = token(next.load(Ordering::Relaxed)).into_bytes();
-            async move { Ok::<_, std::io::Error>(bytes) }
-        }))
-        .refresh_interval(None)
-        .load(),
-    )
-    .expect("first token")
+    // The store outlives this runtime: with `load`, its refresher would be dropped with the
+    // runtime and every request would then take the path that tries to start it again.
+    // The benches run no refresher (nothing but their writers reloads), so it is taken
+    // with `pair` and dropped here, as the caller's to run.
+    let (store, refresher) = rt
+        .block_on(
+            TokenStore::builder(FnSource::new("bench", move || {
+                let bytes = token(next.load(Ordering::Relaxed)).into_bytes();
+                async move { Ok::<_, std::io::Error>(bytes) }
+            }))
+            .refresh_interval(None)
+            .pair(),
+        )
+        .expect("first token");
+    drop(refresher);
+    store
 }
 
 /// The no-op inner service: answers at once, handing the request's headers back in the

@@ -194,3 +194,97 @@ async fn end_of_stream_waits_for_the_trailers() {
     assert!(replay.frame().await.unwrap().unwrap().is_trailers());
     assert!(replay.is_end_stream());
 }
+
+/// The stack for a client whose body type cannot be copied: bodies wrapped in a
+/// `ReplayBody` above the layer, and turned back into the client's type below it.
+mod around_a_client_of_its_own_body_type {
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use http::{Request, Response, StatusCode, header::AUTHORIZATION};
+    use http_body::Frame;
+    use http_body_util::combinators::UnsyncBoxBody;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+    use tower_http::map_request_body::MapRequestBodyLayer;
+
+    use crate::BearerLayer;
+    use crate::body::ReplayBody;
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    /// A body type that cannot be copied, like tonic's.
+    type Opaque = UnsyncBoxBody<Bytes, BoxError>;
+
+    fn opaque<B>(body: B) -> Opaque
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        body.map_err(Into::into).boxed_unsync()
+    }
+
+    fn streamed(chunks: usize) -> Opaque {
+        let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = (0..chunks)
+            .map(|i| Ok(Frame::data(Bytes::from(format!("chunk{i};")))))
+            .collect();
+        opaque(StreamBody::new(futures_util::stream::iter(frames)))
+    }
+
+    /// Reads the whole body, then accepts only "new", echoing the body; counts requests.
+    fn server(
+        requests: Arc<Mutex<u32>>,
+    ) -> impl Service<Request<Opaque>, Response = Response<Full<Bytes>>, Error = BoxError> + Clone
+    {
+        service_fn(move |req: Request<Opaque>| {
+            let requests = requests.clone();
+            async move {
+                *requests.lock().unwrap() += 1;
+                let ok = req.headers()[AUTHORIZATION] == "Bearer new";
+                let body = req.into_body().collect().await?.to_bytes();
+                let mut res = Response::new(Full::new(body));
+                if !ok {
+                    *res.status_mut() = StatusCode::UNAUTHORIZED;
+                }
+                Ok::<_, BoxError>(res)
+            }
+        })
+    }
+
+    type ToReplay = fn(Opaque) -> ReplayBody<Opaque>;
+
+    #[tokio::test]
+    async fn a_body_that_cannot_be_copied_is_replayed() {
+        let store = crate::test_support::rotated_store().await;
+        let requests = Arc::new(Mutex::new(0));
+        let client = ServiceBuilder::new()
+            .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
+            .layer(BearerLayer::new(store.clone()).retry_unauthorized())
+            .layer(MapRequestBodyLayer::new(opaque::<ReplayBody<Opaque>>))
+            .service(server(requests.clone()));
+        let res = client.oneshot(Request::new(streamed(3))).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "chunk0;chunk1;chunk2;");
+        assert_eq!(*requests.lock().unwrap(), 2);
+        assert_eq!(store.status().retries_succeeded, 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_gets_its_401_and_the_token_is_reloaded() {
+        let store = crate::test_support::rotated_store().await;
+        let requests = Arc::new(Mutex::new(0));
+        let client = ServiceBuilder::new()
+            .layer(MapRequestBodyLayer::new(|body| {
+                ReplayBody::with_limit(body, 10)
+            }))
+            .layer(BearerLayer::new(store.clone()).retry_unauthorized())
+            .layer(MapRequestBodyLayer::new(opaque::<ReplayBody<Opaque>>))
+            .service(server(requests.clone()));
+        let res = client.oneshot(Request::new(streamed(3))).await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(*requests.lock().unwrap(), 1, "sent once");
+        let status = store.status();
+        assert_eq!(status.retries, 0);
+        crate::test_support::wait_for_token(&store, "new").await;
+    }
+}

@@ -60,7 +60,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
-use crate::store::TokenStore;
+use crate::store::{StoreId, TokenStore};
 use crate::token::Token;
 
 pub(crate) mod refused;
@@ -149,11 +149,8 @@ impl<S, C: Clone, const RETRY: bool> Layer<S> for BearerLayer<C, RETRY> {
     fn layer(&self, inner: S) -> Self::Service {
         BearerService {
             inner,
-            cached: self.store.current(),
-            store: self.store.clone(),
-            own_header: self.own_header,
+            auth: Authorizer::new(&self.store, self.own_header),
             classifier: self.classifier.clone(),
-            waiting: None,
         }
     }
 }
@@ -161,75 +158,40 @@ impl<S, C: Clone, const RETRY: bool> Layer<S> for BearerLayer<C, RETRY> {
 /// The wait of a request that would carry a refused token, at readiness.
 type Waiting = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 
-/// Service that adds the store's current bearer token to every request and reloads the
-/// token when a server refuses it; built by [`BearerLayer`], whose docs say what `C` and
-/// `RETRY` are.
-pub struct BearerService<S, C = Http401, const RETRY: bool = false> {
-    inner: S,
+/// What a service knows of its token: the store, the token it last read from it, and the
+/// wait for a refused token's reload. Not generic, so that its slow paths are compiled once.
+struct Authorizer {
     store: TokenStore,
     cached: Arc<Token>,
     own_header: OwnHeader,
-    classifier: C,
     waiting: Option<Waiting>,
 }
 
-// By hand: a clone waits for nothing of its original's.
-impl<S: Clone, C: Clone, const RETRY: bool> Clone for BearerService<S, C, RETRY> {
-    fn clone(&self) -> Self {
+impl Authorizer {
+    fn new(store: &TokenStore, own_header: OwnHeader) -> Self {
         Self {
-            inner: self.inner.clone(),
-            store: self.store.clone(),
-            cached: self.cached.clone(),
-            own_header: self.own_header,
-            classifier: self.classifier.clone(),
+            cached: store.current(),
+            store: store.clone(),
+            own_header,
             waiting: None,
         }
-    }
-}
-
-impl<S: fmt::Debug, C: fmt::Debug, const RETRY: bool> fmt::Debug for BearerService<S, C, RETRY> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BearerService")
-            .field("inner", &self.inner)
-            .field("store", &self.store)
-            .field("classifier", &self.classifier)
-            .field("retry", &RETRY)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S, C, const RETRY: bool> BearerService<S, C, RETRY> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
-    /// The store the service reads.
-    pub fn store(&self) -> &TokenStore {
-        &self.store
     }
 
     /// Readiness on our side: the cached token current, and no refused token's reload to
     /// wait for (see the module docs). One atomic load while nothing is going on.
     #[inline]
-    fn poll_token(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.waiting.is_none() && self.store.is_current(&self.cached) {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        // A wait is only ever begun while the store's word has its `REFUSED` flag set, so
+        // a current word means there is nothing to wait for (a finished wait left behind is
+        // dropped by the next slow path).
+        if self.store.is_current(&self.cached) {
             return Poll::Ready(());
         }
         self.poll_catch_up(cx)
     }
 
     #[cold]
+    #[inline(never)]
     fn poll_catch_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             if let Some(waiting) = self.waiting.as_mut() {
@@ -267,6 +229,61 @@ impl<S, C, const RETRY: bool> BearerService<S, C, RETRY> {
     }
 }
 
+// By hand: a clone waits for nothing of its original's.
+impl Clone for Authorizer {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            cached: self.cached.clone(),
+            own_header: self.own_header,
+            waiting: None,
+        }
+    }
+}
+
+/// Service that adds the store's current bearer token to every request and reloads the
+/// token when a server refuses it; built by [`BearerLayer`], whose docs say what `C` and
+/// `RETRY` are.
+#[derive(Clone)]
+pub struct BearerService<S, C = Http401, const RETRY: bool = false> {
+    inner: S,
+    auth: Authorizer,
+    classifier: C,
+}
+
+impl<S: fmt::Debug, C: fmt::Debug, const RETRY: bool> fmt::Debug for BearerService<S, C, RETRY> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BearerService")
+            .field("inner", &self.inner)
+            .field("store", &self.auth.store)
+            .field("classifier", &self.classifier)
+            .field("retry", &RETRY)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, const RETRY: bool> BearerService<S, C, RETRY> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The store the service reads.
+    pub fn store(&self) -> &TokenStore {
+        &self.auth.store
+    }
+}
+
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, false>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
@@ -278,15 +295,16 @@ where
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        ready!(self.poll_token(cx));
+        ready!(self.auth.poll_ready(cx));
         self.inner.poll_ready(cx)
     }
 
     #[inline]
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let sent = self
+            .auth
             .authorize(req.headers_mut())
-            .map(|generation| (self.store.clone(), generation));
+            .map(|generation| (self.auth.store.id(), generation));
         ResponseFuture {
             inner: self.inner.call(req),
             sent,
@@ -301,9 +319,10 @@ pin_project! {
     pub struct ResponseFuture<F, C = Http401> {
         #[pin]
         inner: F,
-        // The store and the generation of the token the request carried; `None` for a
-        // request that kept its own `Authorization`.
-        sent: Option<(TokenStore, u64)>,
+        // The store's number (not a handle: see `store::live`) and the generation of the
+        // token the request carried; `None` for a request that kept its own
+        // `Authorization`.
+        sent: Option<(StoreId, u64)>,
         classifier: C,
     }
 }
@@ -331,8 +350,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        if let (Ok(response), Some((store, sent))) = (&result, this.sent.take())
+        if let (Ok(response), Some((id, sent))) = (&result, this.sent.take())
             && this.classifier.is_unauthorized(response)
+            && let Some(store) = id.store()
         {
             // Starts the store's read and returns: the request that follows gets the new
             // token (or waits for it, see the module docs), this one gets its 401.

@@ -31,12 +31,12 @@ where
     type Future = RetryFuture<S, B, ResB, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        ready!(self.poll_token(cx));
+        ready!(self.auth.poll_ready(cx));
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let sent = self.authorize(req.headers_mut());
+        let sent = self.auth.authorize(req.headers_mut());
         // Only our own token is ours to refresh: a request that kept its own header is
         // passed through as it is.
         let replay = sent.and_then(|_| clone_request(&req));
@@ -45,7 +45,7 @@ where
             state: State::First {
                 fut: self.inner.call(req),
             },
-            sent: sent.map(|generation| (self.store.clone(), generation)),
+            sent: sent.map(|generation| (self.auth.store.clone(), generation)),
             classifier: self.classifier.clone(),
             replay,
             retry_svc,

@@ -59,6 +59,7 @@ mod error;
 mod expiry;
 mod flight;
 mod install;
+mod live;
 mod refused;
 mod status;
 mod telemetry;
@@ -70,6 +71,7 @@ pub use status::{Status, WatchState};
 
 pub(crate) use background::Start;
 pub(crate) use flight::{OnFailure, Recency};
+pub(crate) use live::StoreId;
 pub(crate) use status::RetryOutcome;
 pub(crate) use weak::WeakStore;
 
@@ -117,6 +119,8 @@ pub(crate) enum Reloaded {
 }
 
 pub(crate) struct Shared {
+    /// This store's number in the table of live stores.
+    id: StoreId,
     current: ArcSwap<Token>,
     /// The generation of `current` and the flags of [`word`], written after `current`.
     word: AtomicU64,
@@ -146,6 +150,7 @@ impl Drop for Shared {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .abort();
+        self.id.forget();
     }
 }
 
@@ -193,6 +198,7 @@ impl TokenStore {
             .map_or_else(|| origin.clone(), Arc::from);
         let store = TokenStore {
             shared: Arc::new(Shared {
+                id: StoreId::next(),
                 current: ArcSwap::from_pointee(first),
                 word: AtomicU64::new(1),
                 source,
@@ -222,8 +228,15 @@ impl TokenStore {
             .telemetry
             .reload(Trigger::Load, &Ok(Reloaded::Unchanged));
         store.shared.telemetry.watch_state(&WatchState::Off);
+        StoreId::register(&store.shared);
         store.shared.check_expiry();
         Ok(store)
+    }
+
+    /// The store's number, to find it again after a 401 without holding it.
+    #[inline]
+    pub(crate) fn id(&self) -> StoreId {
+        self.shared.id
     }
 
     /// A weak reference, for background work that must not keep the store alive.
@@ -261,6 +274,7 @@ impl TokenStore {
     /// The request path's slow path, when [`is_current`](Self::is_current) said no: the
     /// current token if `cached` is not it, and the refresher started again if it stopped.
     #[cold]
+    #[inline(never)]
     pub(crate) fn catch_up(&self, cached: &mut Arc<Token>) {
         let word = self.shared.word.load(Ordering::Acquire);
         if word & word::GENERATION != cached.generation() {

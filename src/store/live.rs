@@ -1,0 +1,48 @@
+//! Every live store, by number: the plain layer's response future finds its store here,
+//! and only after a refusal, instead of holding a reference-counted handle to it.
+//!
+//! Why a process-wide table: a handle in the future costs an atomic increment when the
+//! request leaves and a decrement when its response is back, on the store's one shared
+//! counter. Measured with `cargo bench --bench per_request` on 2 cores, a `TokenStore`
+//! clone in the future made a request through `BearerLayer` 1.66x tower-http's static
+//! `AddAuthorization` (165 ns against 99 ns), against ~1.0x with this number; with two
+//! threads sharing the store (`cargo bench --bench overhead`) the contended counter costs
+//! more still. The table holds only weak references, and a store leaves it when dropped:
+//! it keeps nothing alive and hands a store to no one but the requests it authorized.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use super::{Shared, TokenStore};
+use crate::sync::lock;
+
+static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<Shared>>>> = LazyLock::new(Mutex::default);
+
+/// A store's number, unique for the life of the process: `Copy`, and free to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct StoreId(u64);
+
+impl StoreId {
+    /// A new number, for a store about to be built.
+    pub(super) fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        StoreId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Registers `shared` under its number.
+    pub(super) fn register(shared: &Arc<Shared>) {
+        lock(&LIVE).insert(shared.id, Arc::downgrade(shared));
+    }
+
+    /// Forgets the store numbered `self` (it is being dropped).
+    pub(super) fn forget(self) {
+        lock(&LIVE).remove(&self);
+    }
+
+    /// The store, if it is still alive.
+    pub(crate) fn store(self) -> Option<TokenStore> {
+        let shared = lock(&LIVE).get(&self)?.upgrade()?;
+        Some(TokenStore { shared })
+    }
+}
