@@ -1,50 +1,64 @@
 #!/usr/bin/env bash
-# A/B of the request path: builds the `per_request` divan bench at a base commit and in
-# the work tree, then runs the two binaries in turn, N rounds (default 4), and prints each
-# round's medians of `bearer_layer` and `tower_http_static` (ns per request, both header
-# shapes), ours/static, and ours against the base's ours. Method: BENCHMARKS.md, "A/B".
+# A/B of the request path: builds the A/B harness (`benches/ab/`: the `per_request`
+# bench's `bearer_layer` and `tower_http_static`) against a base commit and against the
+# work tree, then runs the two binaries in turn, N rounds (default 4), and prints each
+# round's medians (ns per request, one header and an empty header map), ours/static, and
+# at the end the medians of both builds and the worst round. Method: BENCHMARKS.md, "A/B".
 #
 #   benches/ab.sh BASE [ROUNDS]        e.g. benches/ab.sh e16f811 6
 #
-# The base is built in a git worktree outside the repository ($AB_DIR, default
-# ${TMPDIR:-/tmp}/bearer-reload-ab: inside, cargo would take it for a workspace member),
-# with its own target directory, so the work tree's build is untouched; the same
-# toolchain builds both.
+# The base is checked out in a git worktree outside the repository ($AB_DIR, default
+# ${TMPDIR:-/tmp}/bearer-reload-ab), and the harness (this tree's, the same code for both)
+# is built against it there, with its own target directory. Only the store's
+# construction follows the base's API (`--cfg ab_api="loader"` before
+# `TokenStore::builder`).
 set -euo pipefail
 base=${1:?usage: benches/ab.sh BASE [ROUNDS]}
 rounds=${2:-4}
 top=$(git rev-parse --show-toplevel)
 cd "$top"
-export K8S_OPENAPI_ENABLED_VERSION=${K8S_OPENAPI_ENABLED_VERSION:-1.37}
 work_dir=${AB_DIR:-${TMPDIR:-/tmp}/bearer-reload-ab}
 mkdir -p "$work_dir"
 
-# The executable `cargo bench --bench per_request --no-run` builds in `dir`.
+# Builds the harness in `harness` against the crate at `tree`; prints the executable.
 build() {
-    local dir=$1 target=$2
-    (cd "$dir" && CARGO_TARGET_DIR=$target cargo bench --bench per_request --no-run \
-        --message-format=json 2>/dev/null) |
+    local harness=$1 tree=$2 target=$3 cfg=""
+    grep -q 'pub fn builder(source: impl TokenSource)' "$tree"/src/*.rs "$tree"/src/*/*.rs 2>/dev/null ||
+        cfg='--cfg ab_api="loader"'
+    sed -i "s|^bearer-reload = { path = \"[^\"]*\" }|bearer-reload = { path = \"$tree\" }|" \
+        "$harness/ab/Cargo.toml"
+    (cd "$harness/ab" && RUSTFLAGS="${RUSTFLAGS:-} $cfg" CARGO_TARGET_DIR=$target \
+        cargo bench --bench ab --no-run --message-format=json 2>/dev/null) |
         python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "per_request" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "ab" and m.get("executable"):
         print(m["executable"])'
+}
+
+# A copy of this tree's harness (benches/ab and the benches/common it includes).
+harness_copy() {
+    local dest=$1
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    cp -r "$top/benches/ab" "$top/benches/common" "$dest/"
+    rm -rf "$dest/ab/target"
 }
 
 base_sha=$(git rev-parse --short "$base")
 base_tree="$work_dir/$base_sha"
-if [ ! -d "$base_tree" ]; then
-    git worktree add --detach "$base_tree" "$base" >/dev/null
-fi
-echo "building $base_sha (base) and the work tree ..." >&2
-base_bin=$(build "$base_tree" "$work_dir/target-base")
-work_bin=$(build "$top" "$top/target")
+[ -d "$base_tree" ] || git worktree add --detach "$base_tree" "$base" >/dev/null
+echo "building the harness against $base_sha (base) and the work tree ..." >&2
+harness_copy "$work_dir/harness-base"
+harness_copy "$work_dir/harness-work"
+base_bin=$(build "$work_dir/harness-base" "$base_tree" "$work_dir/target-base")
+work_bin=$(build "$work_dir/harness-work" "$top" "$work_dir/target-work")
 [ -n "$base_bin" ] && [ -n "$work_bin" ] || { echo "a build failed" >&2; exit 1; }
 
-# Medians of the two variants from one run: "ours_one static_one ours_empty static_empty".
+# Medians of one run: "ours_one static_one ours_empty static_empty", in ns.
 medians() {
-    "$1" --bench bearer_layer tower_http_static 2>/dev/null | python3 -c '
+    "$1" --bench 2>/dev/null | python3 -c '
 import re, sys
 units = {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}
 group, got = None, {}
@@ -55,28 +69,32 @@ for line in sys.stdin:
         continue
     m = re.match(r"^\W*(One|Empty)\s+(.*)$", line)
     if group and m:
-        cols = [c.strip() for c in m.group(2).split("│")]
-        value, unit = cols[2].split()
+        value, unit = m.group(2).split("│")[2].split()
         got[(group, m.group(1))] = float(value) * units[unit]
 print(" ".join("%.1f" % got[(g, s)] for s in ("One", "Empty") for g in ("bearer_layer", "tower_http_static")))'
 }
 
-printf "%-5s %-6s %10s %10s %9s %10s %10s %9s\n" round build ours_one static_one ratio_one ours_empty static_empty ratio_empty
+results=$(mktemp)
+printf "%-5s %-5s %9s %10s %9s %10s %12s %11s\n" round build ours_one static_one ratio_one ours_empty static_empty ratio_empty
 for round in $(seq 1 "$rounds"); do
     for which in base work; do
-        bin=$base_bin; [ "$which" = work ] && bin=$work_bin
+        bin=$base_bin
+        [ "$which" = work ] && bin=$work_bin
         read -r o1 s1 oe se <<<"$(medians "$bin")"
-        printf "%-5s %-6s %10s %10s %9.3f %10s %10s %9.3f\n" "$round" "$which" "$o1" "$s1" \
-            "$(python3 -c "print($o1/$s1)")" "$oe" "$se" "$(python3 -c "print($oe/$se)")"
-        eval "${which}_one+=\" $o1\"; ${which}_empty+=\" $oe\"; ${which}_r1+=\" $(python3 -c "print($o1/$s1)")\""
+        echo "$round $which $o1 $s1 $oe $se" >>"$results"
+        python3 -c "print('%-5s %-5s %9s %10s %9.3f %10s %12s %11.3f' % ('$round', '$which', $o1, $s1, $o1 / $s1, $oe, $se, $oe / $se))"
     done
 done
-python3 - "$base_one" "$work_one" "$base_empty" "$work_empty" "$base_r1" "$work_r1" <<'PY'
+python3 - "$results" <<'PY'
 import statistics, sys
-b1, w1, be, we, br, wr = ([float(x) for x in a.split()] for a in sys.argv[1:])
+rows = [line.split() for line in open(sys.argv[1])]
+by = {w: [tuple(map(float, r[2:])) for r in rows if r[1] == w] for w in ("base", "work")}
 m = statistics.median
-print(f"median ours/static (One): base {m(br):.3f}, work {m(wr):.3f}")
-print(f"median ours, work/base: One {m(w1)/m(b1):.3f}, Empty {m(we)/m(be):.3f}")
-worst = max(w / b for w, b in zip(w1, b1))
-print(f"worst round, work/base (One): {worst:.3f}")
+for w in ("base", "work"):
+    one = m(o / s for o, s, _, _ in by[w])
+    empty = m(o / s for _, _, o, s in by[w])
+    print(f"{w}: median ours/static one={one:.3f} empty={empty:.3f}")
+worst = max(max(w[0] / b[0], w[2] / b[2]) for w, b in zip(by["work"], by["base"]))
+print(f"worst round, ours work/base: {worst:.3f}")
 PY
+rm -f "$results"

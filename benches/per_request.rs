@@ -19,7 +19,11 @@
 //! machine's drift between them; `benches/overhead` measures them interleaved and reports
 //! paired ratios. Both are kept: see the README's Performance section.
 
+#[path = "common/check.rs"]
+mod check;
 mod common;
+#[path = "common/store.rs"]
+mod store;
 
 use std::fmt;
 use std::sync::Arc;
@@ -33,7 +37,7 @@ use tower::filter::AsyncFilterLayer;
 use tower::{Layer, Service};
 use tower_http::auth::AddAuthorizationLayer;
 
-use common::check::MirrorStore;
+use check::MirrorStore;
 use common::{
     Echo, Headers, Kube5Token, KubeStyle, Req, Res, drive, header_of, new_request,
     sensitive_bearer, token,
@@ -83,7 +87,7 @@ where
 
 #[divan::bench(args = SHAPES)]
 fn bearer_layer(bencher: Bencher<'_, '_>, headers: Headers) {
-    let store = common::bearer_store(Arc::new(AtomicU64::new(0)));
+    let store = store::bearer_store(Arc::new(AtomicU64::new(0)));
     bench(bencher, BearerLayer::new(store).layer(Echo), headers);
 }
 

@@ -10,8 +10,7 @@
 //!   unless [`overwrite_existing`](BearerMiddleware::overwrite_existing) is asked for;
 //! - an HTTP 401 to a request that carried the store's token reloads the token for the
 //!   requests that follow (one read per burst of 401s, at most one a second while a token
-//!   keeps being refused; none when the store already holds a newer token), and the
-//!   requests sent while that reload runs wait for it rather than carry the refused token;
+//!   keeps being refused; none when the store already holds a newer token);
 //! - with [`retry_unauthorized`](BearerMiddleware::retry_unauthorized), the refused request
 //!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy
 //!   it (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
@@ -144,7 +143,7 @@ impl Middleware for BearerMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response> {
-        self.store.settle().await;
+        self.store.revive_if_stopped();
         let Some(sent) = self.authorize(&mut req) else {
             // Only our own token is ours to refresh.
             return next.run(req, extensions).await;

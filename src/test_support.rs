@@ -113,10 +113,3 @@ where
 {
     crate::TokenStore::builder(crate::source::FnSource::new(name, load))
 }
-
-/// Polls `future` once, without a task to wake: whether it is ready now.
-pub(crate) fn poll_once<F: std::future::Future>(
-    future: std::pin::Pin<&mut F>,
-) -> std::task::Poll<F::Output> {
-    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-}

@@ -228,16 +228,17 @@ impl Token {
         if let Some(i) = secret.iter().position(|b| !(0x21..=0x7e).contains(b)) {
             return Err(TokenError::InvalidByte { offset: start + i });
         }
-        let mut value = Vec::with_capacity(PREFIX.len() + secret.len());
+        let mut value = bytes::BytesMut::with_capacity(PREFIX.len() + secret.len());
         value.extend_from_slice(PREFIX);
         value.extend_from_slice(secret);
+        // Split off nothing: the buffer becomes a shared one, which each request's clone of
+        // the header only counts up (a `Bytes` made from a `Vec` checks, at every clone,
+        // whether it has been shared yet, and allocates the first time).
+        drop(value.split_off(value.len()));
         // Visible ASCII after a fixed prefix is always a valid header value.
-        let mut header = HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
+        let mut header = HeaderValue::from_maybe_shared(value.freeze())
             .map_err(|_| TokenError::InvalidByte { offset: start })?;
         header.set_sensitive(true);
-        // The first clone of a `Bytes` made from a `Vec` moves it to a shared buffer, an
-        // allocation: do it here, not on the first request that uses this token.
-        drop(header.clone());
         // Visible ASCII is UTF-8.
         let kind = std::str::from_utf8(secret).map_or(TokenKind::Opaque, TokenKind::detect);
         Ok(Self {

@@ -11,6 +11,9 @@
 //! [`Token`]; the real `BearerLayer` runs beside them in the same rounds, to show the copy
 //! of ours costs what the original does.
 
+// Each bench uses some of this.
+#![allow(dead_code)]
+
 use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +25,7 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use tower::Service;
 
-use super::{Req, Res};
+use crate::common::{Req, Res};
 
 /// A token with the generation the store gave it.
 #[derive(Debug)]

@@ -4,31 +4,30 @@
 //! Every variant puts the same 900-byte bearer token (the size of a projected
 //! service-account token) on the request:
 //!
-//! - `BearerLayer`, from a [`TokenStore`];
+//! - `BearerLayer`, from a `TokenStore` (`store.rs`);
 //! - tower-http's static `AddAuthorizationLayer::bearer` (the floor: it clones a prebuilt
 //!   `HeaderValue`);
 //! - kube-style: the token behind a tokio `RwLock` read through
 //!   `tower::filter::AsyncFilterLayer` with a boxed predicate future, as kube-rs 5 does, but
 //!   generous to kube: the lock holds a prebuilt `HeaderValue`;
 //! - kube 5 as shipped: the same, formatting and validating a new header value per request;
-//! - the two cached-token checks of [`check`], side by side.
+//! - the two cached-token checks of `check.rs`, side by side.
 
 // Each bench uses most of this, not all of it.
 #![allow(dead_code)]
 
-pub(crate) mod check;
+// Nothing here names the crate's API, so that `benches/ab` can build this file against an
+// older commit: the store and the cached-token checks are in `store.rs` and `check.rs`,
+// which each bench includes beside it.
 
 use std::convert::Infallible;
 use std::fmt;
 use std::future::{Future, Ready, ready};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use bearer_reload::TokenStore;
-use bearer_reload::source::FnSource;
 use http::header::{ACCEPT, AUTHORIZATION};
 use http::{HeaderValue, Request, Response};
 use tokio::sync::RwLock;
@@ -83,30 +82,6 @@ pub(crate) fn sensitive_bearer(token: &str) -> HeaderValue {
     let mut value = HeaderValue::try_from(format!("Bearer {token}")).expect("valid token");
     value.set_sensitive(true);
     value
-}
-
-/// A `TokenStore` whose loader returns `token(next)`: bump `next`, then `reload`, to rotate.
-pub(crate) fn bearer_store(next: Arc<AtomicU64>) -> TokenStore {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime");
-    // The store outlives this runtime: with `load`, its refresher would be dropped with the
-    // runtime and every request would then take the path that tries to start it again.
-    // The benches run no refresher (nothing but their writers reloads), so it is taken
-    // with `pair` and dropped here, as the caller's to run.
-    let (store, refresher) = rt
-        .block_on(
-            TokenStore::builder(FnSource::new("bench", move || {
-                let bytes = token(next.load(Ordering::Relaxed)).into_bytes();
-                async move { Ok::<_, std::io::Error>(bytes) }
-            }))
-            .refresh_interval(None)
-            .pair(),
-        )
-        .expect("first token");
-    drop(refresher);
-    store
 }
 
 /// The no-op inner service: answers at once, handing the request's headers back in the

@@ -51,11 +51,15 @@
 //! `OVERHEAD_E2E_CONCURRENCY` (default 8), `OVERHEAD_EMPTY_REQUESTS=1` (requests without
 //! any header; see `common::Headers`).
 
+#[path = "../common/check.rs"]
+mod check;
 #[path = "../common/mod.rs"]
 mod common;
 mod e2e;
 mod processes;
 mod rounds;
+#[path = "../common/store.rs"]
+mod store;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -67,7 +71,7 @@ use tower::Layer;
 use tower::filter::AsyncFilterLayer;
 use tower_http::auth::AddAuthorizationLayer;
 
-use common::check::MirrorStore;
+use check::MirrorStore;
 use common::{Echo, Headers, Kube5Token, KubeStyle, TOKEN_LEN, header_of, sensitive_bearer, token};
 use rounds::{Case, PER_ROUND, Rotation, Samples, Services, Variant, paired_ratio};
 
@@ -111,7 +115,7 @@ fn one_process() {
 
     // The bearer store: a loader whose token changes each time `next` does.
     let next = Arc::new(AtomicU64::new(0));
-    let store = common::bearer_store(next.clone());
+    let store = store::bearer_store(next.clone());
     let first = token(0);
     let kube_lock = Arc::new(RwLock::new(sensitive_bearer(&first)));
     let mirror = MirrorStore::new(&first);

@@ -16,7 +16,7 @@ use tower::Service;
 use tower::filter::AsyncFilter;
 use tower_http::auth::AddAuthorization;
 
-use crate::common::check::{CacheCheck, GenerationCheck, MirrorStore};
+use crate::check::{CacheCheck, GenerationCheck, MirrorStore};
 use crate::common::{Echo, Headers, Kube5Token, KubeStyle, Req, Res, drive, new_request, token};
 
 /// Requests built ahead of each timed batch.

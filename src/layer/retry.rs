@@ -31,7 +31,6 @@ where
     type Future = RetryFuture<S, B, ResB, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        ready!(self.auth.poll_ready(cx));
         self.inner.poll_ready(cx)
     }
 

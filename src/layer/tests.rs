@@ -362,53 +362,26 @@ async fn gated_store(
 }
 
 #[tokio::test]
-async fn a_request_that_would_carry_a_refused_token_waits_for_its_reload() {
+async fn a_refusal_goes_back_at_once_and_one_read_answers_every_refusal_meanwhile() {
     let (store, current, gate) = gated_store("old").await;
     *current.lock().unwrap() = "new";
     let mut svc = BearerLayer::new(store.clone()).layer(server("Bearer new"));
-    // The first request is refused, and its reload waits at the gate.
-    let refused = send(&mut svc, Request::new(())).await;
-    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
-    // The next request would carry the refused token: it is not ready until the reload
-    // is over.
-    let mut next = svc.clone();
-    let mut ready = std::pin::pin!(next.ready());
-    let waited = crate::test_support::poll_once(ready.as_mut());
-    assert!(waited.is_pending(), "ready with the refused token");
-    gate.add_permits(1);
-    tokio::time::timeout(crate::test_support::DEADLINE, ready)
-        .await
-        .expect("ready once the reload is over")
-        .unwrap();
-    let res = next.call(Request::new(())).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK, "the new token, no second 401");
-    assert_eq!(res.into_body().unwrap(), "Bearer new");
-    assert_eq!(store.status().unauthorized, 1);
-}
-
-#[tokio::test]
-async fn a_reload_that_finds_the_same_token_ends_the_wait_and_reads_no_more() {
-    let (store, _current, gate) = gated_store("old").await;
-    let mut svc = BearerLayer::new(store.clone()).layer(server("Bearer new"));
+    // Refused: the 401 goes back while the reload it started waits at the gate.
     assert_eq!(
         send(&mut svc, Request::new(())).await.status(),
         StatusCode::UNAUTHORIZED
     );
-    let mut next = svc.clone();
-    let mut ready = std::pin::pin!(next.ready());
-    assert!(crate::test_support::poll_once(ready.as_mut()).is_pending());
-    // The source still holds the refused token: the wait ends, the request goes with it
-    // and is refused again, once; within the rate limit that refusal reads nothing.
-    gate.add_permits(1);
-    tokio::time::timeout(crate::test_support::DEADLINE, ready)
-        .await
-        .expect("ready once the reload is over")
-        .unwrap();
-    let again = next.call(Request::new(())).await.unwrap();
-    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    // Sent meanwhile: the refused token, a 401 of its own, and no second read.
+    let meanwhile = send(&mut svc, Request::new(())).await;
+    assert_eq!(meanwhile.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(meanwhile.into_body().unwrap(), "Bearer old");
     let status = store.status();
     assert_eq!((status.unauthorized, status.unauthorized_reloads), (2, 1));
-    // Nothing is held any more: the next request is ready at once.
-    let mut third = svc.clone();
-    assert!(crate::test_support::poll_once(std::pin::pin!(third.ready())).is_ready());
+    // The read goes through: the next request carries the new token.
+    gate.add_permits(1);
+    wait_generation(&store, 2).await;
+    let res = send(&mut svc, Request::new(())).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.into_body().unwrap(), "Bearer new");
+    assert_eq!(store.status().reads, 2, "the load and the one read");
 }

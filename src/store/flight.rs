@@ -11,7 +11,6 @@
 //! The task holds only a weak reference to the store and the source, so it never keeps
 //! a dropped store alive; the store aborts it when dropped.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -74,17 +73,6 @@ pub(crate) struct Flight {
     running: Option<(Ask, AbortHandle)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
-    /// A read asked for by a 401 to the current token, and that token's generation: until
-    /// the read ends, requests that would carry the token wait for it (the store's word
-    /// has its `REFUSED` flag set meanwhile).
-    pub(crate) refusal: Option<Refusal>,
-}
-
-/// A read a refused token waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    pub(crate) read: u64,
-    pub(crate) generation: u64,
 }
 
 impl Flight {
@@ -129,20 +117,9 @@ pub(crate) enum Ticket {
 
 impl Shared {
     /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
-    /// With `refused`, the generation of a token a server just refused: requests that
-    /// would carry it wait for the read (see [`Flight::refusal`]).
-    pub(crate) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask, refused: Option<u64>) -> Ticket {
+    pub(crate) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
         let mut guard = lock(&self.flight);
-        let ticket = self.ask_locked(&mut guard, wanted, ask);
-        if let (Ticket::Wait(read), Some(generation)) = (&ticket, refused) {
-            let read = guard.refusal.map_or(*read, |r| r.read.max(*read));
-            guard.refusal = Some(Refusal { read, generation });
-            self.word.fetch_or(super::word::REFUSED, Ordering::AcqRel);
-        }
-        ticket
-    }
-
-    fn ask_locked(self: &Arc<Self>, flight: &mut Flight, wanted: u64, ask: Ask) -> Ticket {
+        let flight = &mut *guard;
         if let Some((running, _)) = &mut flight.running {
             if flight.started >= wanted {
                 *running = running.merge(ask);
@@ -191,7 +168,6 @@ impl Shared {
         if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
             self.report_failure(error, trigger);
         }
-        self.end_refusal(&mut flight, n);
         self.done.send_replace(Done {
             read: n,
             result: Some(result),
@@ -209,16 +185,6 @@ impl Shared {
                 flight.running = None;
                 None
             }
-        }
-    }
-}
-
-impl Shared {
-    /// Read `n` is over: requests held for a refusal it answers go ahead.
-    fn end_refusal(&self, flight: &mut Flight, n: u64) {
-        if flight.refusal.is_some_and(|r| r.read <= n) {
-            flight.refusal = None;
-            self.word.fetch_and(!super::word::REFUSED, Ordering::AcqRel);
         }
     }
 }
@@ -312,8 +278,6 @@ impl Drop for Unfinished {
             flight.started += 1;
         }
         flight.running = None;
-        let started = flight.started;
-        shared.end_refusal(&mut flight, started);
         shared.done.send_replace(Done {
             read: flight.started,
             result: Some(Err(error)),

@@ -82,8 +82,8 @@ use refused::UnauthorizedRead;
 use status::Counters;
 use telemetry::Telemetry;
 
-/// The store's word: the current generation, and two flags that send every request
-/// through the layer's slow path while they are set.
+/// The store's word: the current generation, and a flag that sends every request through
+/// the layer's slow path while it is set.
 ///
 /// A request's one atomic load compares the word with its cached token's generation: equal
 /// means "the cached token is current and nothing needs the layer's attention".
@@ -91,11 +91,8 @@ mod word {
     /// The store's refresher stopped while the store lives (its runtime shut down): the
     /// next request (or `reload`) from a live runtime starts it again.
     pub(super) const STOPPED: u64 = 1 << 63;
-    /// A read asked for by a 401 to the current token is in flight: requests that would
-    /// carry the refused token wait for it at readiness.
-    pub(super) const REFUSED: u64 = 1 << 62;
     /// The generation's bits.
-    pub(super) const GENERATION: u64 = REFUSED - 1;
+    pub(super) const GENERATION: u64 = STOPPED - 1;
 }
 
 /// What the store needs to know of its options.

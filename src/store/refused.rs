@@ -1,13 +1,11 @@
 //! What the store does when a server refuses its token: a generation-aware, rate-limited
-//! reload, and the wait of the requests that would carry the refused token.
+//! reload.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::flight::{Ask, Ticket};
-use super::{Counters, OnFailure, TokenStore, wait, word};
+use super::{Counters, OnFailure, TokenStore, wait};
 use crate::source::Trigger;
 use crate::sync::lock;
 use crate::token::Token;
@@ -32,10 +30,6 @@ impl TokenStore {
     /// After an unauthorized response to a request sent with generation `sent`: a newer
     /// token if one is installed, else the read that may bring one (started now, joined,
     /// or the one asked for by an earlier 401 to the same token within the rate limit).
-    ///
-    /// While that read runs, requests that would carry the refused token wait for it at
-    /// the layer's readiness ([`refusal_settled`](Self::refusal_settled)) rather than meet
-    /// a 401 of their own.
     fn refused(&self, sent: u64) -> Refused {
         let s = &self.shared;
         Counters::bump(&s.counters.unauthorized_seen);
@@ -76,7 +70,7 @@ impl TokenStore {
             trigger: Trigger::Unauthorized,
             report: OnFailure::Report,
         };
-        Refused::Reading(s.ask(wanted, ask, Some(sent)))
+        Refused::Reading(s.ask(wanted, ask))
     }
 
     /// After an unauthorized response: a token newer than `sent`, installed already or
@@ -101,38 +95,13 @@ impl TokenStore {
         let _ = self.refused(sent);
     }
 
-    /// When the token of `generation` was refused and the read that may replace it is in
-    /// flight: a future that resolves when that read is over (bounded by the store's fetch
-    /// timeout, as the read is). `None` when there is nothing to wait for.
-    pub(crate) fn refusal_settled(
-        &self,
-        generation: u64,
-    ) -> Option<impl Future<Output = ()> + Send + Sync + 'static> {
-        let s = &self.shared;
-        if s.word.load(Ordering::Acquire) & word::REFUSED == 0 {
-            return None;
-        }
-        let refusal = lock(&s.flight).refusal?;
-        if refusal.generation != generation {
-            return None;
-        }
-        let mut done = s.done.subscribe();
-        Some(async move {
-            let _ = done.wait_for(|d| d.read >= refusal.read).await;
-        })
-    }
-
-    /// Before a request that reads the current token at each send (the reqwest
-    /// middleware): the refresher started again if it stopped, and the wait for a refused
-    /// current token's reload, as the layer does at readiness.
+    /// Starts the store's refresher again if it stopped: for a client that reads the
+    /// current token at each send (the reqwest middleware), as the layer's slow path does.
     #[cfg(feature = "reqwest")]
-    pub(crate) async fn settle(&self) {
-        let word = self.shared.word.load(Ordering::Acquire);
-        if word & word::STOPPED != 0 {
+    pub(crate) fn revive_if_stopped(&self) {
+        use std::sync::atomic::Ordering;
+        if self.shared.word.load(Ordering::Acquire) & super::word::STOPPED != 0 {
             self.revive();
-        }
-        if let Some(wait) = self.refusal_settled(word & word::GENERATION) {
-            wait.await;
         }
     }
 

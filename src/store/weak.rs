@@ -54,7 +54,7 @@ impl WeakStore {
             let shared = self.shared.upgrade()?;
             let wanted = lock(&shared.flight).wanted(recency);
             let ask = Ask { trigger, report };
-            (shared.done.subscribe(), shared.ask(wanted, ask, None))
+            (shared.done.subscribe(), shared.ask(wanted, ask))
         };
         wait(done, ticket).await
     }
