@@ -9,10 +9,12 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource};
-use crate::store::{Config, LoadError, Start, TokenStore};
+use crate::store::{Config, Credential, LoadError, Start, TokenStore};
 use crate::token::DEFAULT_MAX_SIZE;
 
-/// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`].
+/// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`]. With feature `tls`,
+/// the same builder, with the same options, builds the stores of a client certificate and
+/// of a CA bundle (`S` is then `tls::IdentityStore` or `tls::RootStore`).
 ///
 /// `.load().await` fetches the first token (an error there names the source and the
 /// problem), builds the store and starts what keeps it fresh: the timer, and for a file
@@ -40,12 +42,15 @@ use crate::token::DEFAULT_MAX_SIZE;
 /// change in its directory; a source that says when its tokens expire is fetched again
 /// before they do; tokens up to 64 KiB are accepted; a fetch may take 10 s (60 s for an
 /// exec plugin); and 401s to one token trigger at most one fetch a second.
-pub struct StoreBuilder {
+pub struct StoreBuilder<S = TokenStore> {
     source: Arc<dyn DynSource>,
+    credential: Credential,
+    /// Turns the store built into what the caller asked for.
+    finish: fn(TokenStore) -> S,
     /// The source's [`describe`](TokenSource::describe).
     origin: String,
-    /// The source's file, if it reads one.
-    path: Option<PathBuf>,
+    /// The source's files, if it reads any.
+    paths: Vec<PathBuf>,
     default_refresh_interval: Option<Duration>,
     default_fetch_timeout: Duration,
     /// `None`: the source's default.
@@ -59,12 +64,13 @@ pub struct StoreBuilder {
     clock: Clock,
 }
 
-impl fmt::Debug for StoreBuilder {
+impl<S> fmt::Debug for StoreBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreBuilder")
+            .field("credential", &self.credential)
             .field("source", &self.origin)
             .field("refresh_interval", &self.period())
-            .field("watch", &self.watch_path())
+            .field("watch", &self.watch_paths())
             .field("max_size", &self.max_size)
             .field("unauthorized_interval", &self.unauthorized_interval)
             .field("fetch_timeout", &self.time_limit())
@@ -79,12 +85,25 @@ impl TokenStore {
     /// ([`FnSource`](crate::source::FnSource)), an exec plugin
     /// ([`ExecSource`](crate::source::ExecSource)), a TokenRequest, or a source of your own.
     pub fn builder(source: impl TokenSource) -> StoreBuilder {
+        StoreBuilder::of(source, Credential::Token, |store| store)
+    }
+}
+
+impl<S> StoreBuilder<S> {
+    /// A builder of a store of `credential` on `source`, handed out by `finish`.
+    pub(crate) fn of(
+        source: impl TokenSource,
+        credential: Credential,
+        finish: fn(TokenStore) -> S,
+    ) -> Self {
         StoreBuilder {
             origin: source.describe(),
-            path: source.path().map(ToOwned::to_owned),
+            paths: source.paths().to_vec(),
             default_refresh_interval: source.default_refresh_interval(),
             default_fetch_timeout: source.default_fetch_timeout(),
             source: Arc::new(source),
+            credential,
+            finish,
             refresh_interval: None,
             watch: true,
             max_size: DEFAULT_MAX_SIZE,
@@ -94,9 +113,7 @@ impl TokenStore {
             clock: Clock::default(),
         }
     }
-}
 
-impl StoreBuilder {
     /// How often the source is read again regardless of any event (default: the source's
     /// [`default_refresh_interval`], 60 s for a file or a closure, none for a source that
     /// gives expiries); `None` turns the periodic reads off. Each wait is drawn a little
@@ -111,15 +128,16 @@ impl StoreBuilder {
         self
     }
 
-    /// Do not watch the source's file for changes (watched by default; a source that is
-    /// not a file has nothing to watch). The timer still reads it.
+    /// Do not watch the source's files for changes (watched by default; a source that
+    /// reads no file has nothing to watch). The timer still reads it.
     pub fn no_watch(mut self) -> Self {
         self.watch = false;
         self
     }
 
-    /// The largest token accepted, in bytes (default 64 KiB). A file is refused from its
-    /// length, or after reading at most `max_size + 1` bytes.
+    /// The largest token accepted, in bytes (default 64 KiB); for a certificate or a CA
+    /// bundle, the largest PEM file. A file is refused from its length, or after reading
+    /// at most `max_size + 1` bytes.
     pub fn max_size(mut self, max_size: usize) -> Self {
         self.max_size = max_size;
         self
@@ -212,14 +230,15 @@ impl StoreBuilder {
     /// the crate warns once, and the next request through a layer (or
     /// [`reload`](TokenStore::reload)) made from a live runtime starts the timer and the
     /// watcher again there.
-    pub async fn load(self) -> Result<TokenStore, LoadError> {
+    pub async fn load(self) -> Result<S, LoadError> {
         let plan = self.plan();
+        let finish = self.finish;
         let store = self.build().await?;
         let start: Start = Arc::new(move |weak| Box::pin(refresh::refresher(weak, &plan)));
         let refresher = start(store.downgrade());
         store.restart_with(start);
         tokio::spawn(refresher);
-        Ok(store)
+        Ok(finish(store))
     }
 
     /// Like [`load`](Self::load), but hands back the background work (the timer and the
@@ -242,13 +261,12 @@ impl StoreBuilder {
     /// background.await.unwrap(); // the refresher ends with the store
     /// # Ok(()) }
     /// ```
-    pub async fn pair(
-        self,
-    ) -> Result<(TokenStore, impl Future<Output = ()> + Send + 'static), LoadError> {
+    pub async fn pair(self) -> Result<(S, impl Future<Output = ()> + Send + 'static), LoadError> {
         let plan = self.plan();
+        let finish = self.finish;
         let store = self.build().await?;
         let refresher = refresh::refresher(store.downgrade(), &plan);
-        Ok((store, refresher))
+        Ok((finish(store), refresher))
     }
 
     fn period(&self) -> Option<Duration> {
@@ -260,20 +278,21 @@ impl StoreBuilder {
         self.fetch_timeout.unwrap_or(self.default_fetch_timeout)
     }
 
-    fn watch_path(&self) -> Option<&PathBuf> {
-        self.path.as_ref().filter(|_| self.watch)
+    fn watch_paths(&self) -> &[PathBuf] {
+        if self.watch { &self.paths } else { &[] }
     }
 
     fn plan(&self) -> Plan {
         Plan {
             period: self.period(),
             clock: self.clock,
-            watch: self.watch_path().cloned(),
+            watch: self.watch_paths().to_vec(),
         }
     }
 
     async fn build(self) -> Result<TokenStore, LoadError> {
         let config = Config {
+            credential: self.credential,
             fetch_timeout: self.time_limit(),
             name: self.name,
             max_size: self.max_size,

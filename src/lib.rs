@@ -72,6 +72,8 @@
 //! |---|---|---|
 //! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, rustls + ring); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
 //! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
+//! | `tls` | [`tls`] | client certificates ([`tls::IdentityStore`]) and CA bundles ([`tls::RootStore`]) that rotate, a rustls resolver and verifier over them, and [`tls::HttpsClient`], which retires its connections on rotation; certificate users in [`kube::client`] |
+//! | `oauth2` | [`oauth2`] | OAuth 2.0 service tokens: the client-credentials grant and token exchange as sources |
 //! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
 //! | `testing` | [`testing`] | a kubelet-faithful token writer for your own tests; [`StoreBuilder::simulated_clock`] |
 //!
@@ -117,6 +119,11 @@
 )]
 #![cfg_attr(not(feature = "metrics"), doc = "[`metrics`]: #feature-flags")]
 #![cfg_attr(
+    not(feature = "tls"),
+    doc = "[`tls`]: #feature-flags\n[`tls::IdentityStore`]: #feature-flags\n[`tls::RootStore`]: #feature-flags\n[`tls::HttpsClient`]: #feature-flags"
+)]
+#![cfg_attr(not(feature = "oauth2"), doc = "[`oauth2`]: #feature-flags")]
+#![cfg_attr(
     not(feature = "testing"),
     doc = "[`testing`]: #feature-flags\n[`StoreBuilder::simulated_clock`]: #feature-flags"
 )]
@@ -134,6 +141,9 @@ pub mod layer;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+#[cfg(feature = "oauth2")]
+#[cfg_attr(docsrs, doc(cfg(feature = "oauth2")))]
+pub mod oauth2;
 mod refresh;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
@@ -146,6 +156,9 @@ mod test_support;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub mod tls;
 pub mod token;
 
 pub use builder::StoreBuilder;

@@ -15,6 +15,11 @@ pub(crate) use script::write_script;
 #[allow(dead_code, unreachable_pub)]
 pub(crate) mod writers;
 
+// Certificates made with rcgen.
+#[cfg(feature = "tls")]
+#[path = "../tests/support/pki.rs"]
+pub(crate) mod pki;
+
 /// How long a test waits for an event before it fails.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 

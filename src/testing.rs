@@ -79,15 +79,7 @@ impl ProjectedTokenDir {
         file_name: &str,
         token: impl AsRef<[u8]>,
     ) -> io::Result<Self> {
-        let plain = Path::new(file_name)
-            .file_name()
-            .is_some_and(|n| n == file_name);
-        if !plain || file_name.starts_with("..") {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("invalid projected file name {file_name:?}"),
-            ));
-        }
+        check_name(file_name)?;
         let this = Self {
             dir: dir.into(),
             file_name: file_name.to_owned(),
@@ -102,6 +94,28 @@ impl ProjectedTokenDir {
     /// Returns the instant taken just before the rename of `..data_tmp` over `..data`: the
     /// moment the new token becomes visible, from which a reload latency is measured.
     pub fn rotate(&self, token: impl AsRef<[u8]>) -> io::Result<Instant> {
+        self.rotate_files(&[(self.file_name.as_str(), token.as_ref())])
+    }
+
+    /// Writes several files in one switch of `..data`, as the kubelet projects a Secret
+    /// (cert-manager's `tls.crt` and `tls.key`): a reader sees all the old files or all
+    /// the new ones. Each name is a plain file name, as for
+    /// [`create_named`](Self::create_named); `<dir>/<name>` is created the first time.
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use bearer_reload::testing::ProjectedTokenDir;
+    ///
+    /// let tmp = tempfile::tempdir()?;
+    /// let volume = ProjectedTokenDir::create_named(tmp.path(), "tls.crt", "cert 1")?;
+    /// volume.rotate_files(&[("tls.crt", b"cert 2"), ("tls.key", b"key 2")])?;
+    /// assert_eq!(std::fs::read(tmp.path().join("tls.key"))?, b"key 2");
+    /// # Ok(()) }
+    /// ```
+    pub fn rotate_files(&self, files: &[(&str, &[u8])]) -> io::Result<Instant> {
+        for (name, _) in files {
+            check_name(name)?;
+        }
         let data_dir = self.dir.join(DATA_DIR);
         let old = match fs::read_link(&data_dir) {
             Ok(old) => Some(self.dir.join(old)),
@@ -112,25 +126,29 @@ impl ProjectedTokenDir {
         let ts_dir = self.new_timestamp_dir()?;
         let ts_name = ts_dir.file_name().expect("a file name").to_owned();
 
-        let file = ts_dir.join(&self.file_name);
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&file)?;
-        f.write_all(token.as_ref())?;
-        drop(f);
-        // The mode must not depend on the umask.
-        fs::set_permissions(&file, fs::Permissions::from_mode(0o644))?;
+        for (name, bytes) in files {
+            let file = ts_dir.join(name);
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o644)
+                .open(&file)?;
+            f.write_all(bytes)?;
+            drop(f);
+            // The mode must not depend on the umask.
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o644))?;
+        }
 
-        let visible = self.token_path();
-        match fs::read_link(&visible) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                symlink(Path::new(DATA_DIR).join(&self.file_name), &visible)?;
+        for (name, _) in files {
+            let visible = self.dir.join(name);
+            match fs::read_link(&visible) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    symlink(Path::new(DATA_DIR).join(name), &visible)?;
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
             }
-            Err(e) => return Err(e),
-            Ok(_) => {}
         }
 
         let new_data_dir = self.dir.join(NEW_DATA_DIR);
@@ -195,6 +213,20 @@ impl ProjectedTokenDir {
             }
         }
     }
+}
+
+/// A projected file's name must be one plain file name that does not start with `..`.
+fn check_name(file_name: &str) -> io::Result<()> {
+    let plain = Path::new(file_name)
+        .file_name()
+        .is_some_and(|n| n == file_name);
+    if !plain || file_name.starts_with("..") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid projected file name {file_name:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// `..YYYY_MM_DD_HH_MM_SS.` in UTC (Go layout `..2006_01_02_15_04_05.`).

@@ -195,7 +195,18 @@ pub struct Token {
     source_expiry: Option<SystemTime>,
     /// When the source asked to be fetched again.
     refresh_at: Option<SystemTime>,
+    /// What a store of another credential keeps beside its placeholder token (a parsed
+    /// client certificate, a CA bundle), installed with it in one atomic swap.
+    attached: Option<Attached>,
 }
+
+/// A value kept beside a token: what logs show instead of the placeholder token.
+pub(crate) type Attached = std::sync::Arc<dyn AttachedValue>;
+
+/// What can be kept beside a token.
+pub(crate) trait AttachedValue: std::any::Any + fmt::Display + Send + Sync {}
+
+impl<T: std::any::Any + fmt::Display + Send + Sync> AttachedValue for T {}
 
 impl Token {
     /// Validates `bytes` as a token: trims leading and trailing ASCII whitespace, then
@@ -249,7 +260,26 @@ impl Token {
             kind,
             source_expiry: None,
             refresh_at: None,
+            attached: None,
         })
+    }
+
+    /// The same token with `value` kept beside it.
+    pub(crate) fn with_attached(mut self, value: Option<Attached>) -> Self {
+        self.attached = value;
+        self
+    }
+
+    /// Whether a value is kept beside the token.
+    pub(crate) fn has_attached(&self) -> bool {
+        self.attached.is_some()
+    }
+
+    /// The value kept beside the token, if it is a `T`.
+    #[cfg(feature = "tls")]
+    pub(crate) fn attached<T: AttachedValue>(&self) -> Option<std::sync::Arc<T>> {
+        let value: std::sync::Arc<dyn std::any::Any + Send + Sync> = self.attached.clone()?;
+        value.downcast().ok()
     }
 
     /// What the token is: a JWT with its claims, a bootstrap token with its id, or opaque.
@@ -371,6 +401,9 @@ impl fmt::Debug for Token {
 /// 2026-11-29T13:00:07Z)`, `bootstrap token 1a2b3c4d (id abcdef)`, `opaque token 1a2b3c4d`.
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(value) = &self.attached {
+            return fmt::Display::fmt(value, f);
+        }
         write!(f, "{} token {}", self.kind.name(), self.fingerprint())?;
         match &self.kind {
             TokenKind::Jwt(claims) => {

@@ -426,7 +426,7 @@ async fn a_stalled_api_times_out_while_requests_go_on_with_the_old_token() {
     assert!(matches!(error, LoadError::Timeout { .. }));
     assert_eq!(
         error.to_string(),
-        "fetching the token from serviceaccount team-a/payments (TokenRequest, audiences: \
+        "fetching a token from serviceaccount team-a/payments (TokenRequest, audiences: \
          vault) took longer than 10s"
     );
     assert_eq!(store.generation(), 1);
@@ -582,7 +582,7 @@ async fn api_errors_name_the_service_account_and_audience_and_never_a_token() {
         .unwrap_err();
     assert_eq!(
         text(&slow),
-        "fetching the token from serviceaccount team-a/payments (TokenRequest, audiences: \
+        "fetching a token from serviceaccount team-a/payments (TokenRequest, audiences: \
          vault) took longer than 500ms"
     );
     assert!(world.tokens.received() > 3, "kube retried the 503s");

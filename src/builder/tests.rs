@@ -50,5 +50,5 @@ fn debug_shows_the_source_and_the_options() {
     }));
     let shown = format!("{loader:?}");
     assert!(shown.contains("refresh_interval: Some(60s)"), "{shown}");
-    assert!(shown.contains("watch: None"), "{shown}");
+    assert!(shown.contains("watch: []"), "{shown}");
 }

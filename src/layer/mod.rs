@@ -67,6 +67,8 @@ pub(crate) mod refused;
 mod retry;
 
 pub use retry::RetryFuture;
+#[cfg(feature = "tls")]
+pub(crate) use retry::clone_request;
 
 /// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

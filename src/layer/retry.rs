@@ -53,7 +53,7 @@ where
 }
 
 /// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.
-fn clone_request<B: TryCloneBody>(req: &Request<B>) -> Option<Request<B>> {
+pub(crate) fn clone_request<B: TryCloneBody>(req: &Request<B>) -> Option<Request<B>> {
     let mut copy = Request::new(req.body().try_clone_body()?);
     *copy.method_mut() = req.method().clone();
     *copy.uri_mut() = req.uri().clone();

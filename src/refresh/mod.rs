@@ -18,12 +18,12 @@ pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
 
-/// What a store's refresher does: the timer's period and clock, and the file to watch.
+/// What a store's refresher does: the timer's period and clock, and the files to watch.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
     pub(crate) period: Option<Duration>,
     pub(crate) clock: Clock,
-    pub(crate) watch: Option<PathBuf>,
+    pub(crate) watch: Vec<PathBuf>,
 }
 
 /// The refresher of the store behind `store`: its timer and, for a file, its watcher (which
@@ -31,10 +31,7 @@ pub(crate) struct Plan {
 /// once), until the store is dropped.
 pub(crate) fn refresher(store: WeakStore, plan: &Plan) -> impl Future<Output = ()> + Send + use<> {
     let timer = timer::run(store.clone(), plan.period, plan.clock);
-    let watcher = plan
-        .watch
-        .as_deref()
-        .map(|path| watch::watch(store.clone(), path));
+    let watcher = (!plan.watch.is_empty()).then(|| watch::watch(store.clone(), &plan.watch));
     let mut early = Early(Some(store.clone()));
     async move {
         let watcher = async move {

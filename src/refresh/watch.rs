@@ -22,7 +22,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -31,6 +33,7 @@ use super::chain::{ChainError, Start};
 use super::registry::{GLOBAL, Registry, Subscriber};
 use crate::source::Trigger;
 use crate::store::{OnFailure, Recency, WatchState, WeakStore};
+use crate::sync::lock;
 
 /// Delays before the retries of a read that failed right after an event; the last retry
 /// reports its failure.
@@ -44,17 +47,48 @@ const RETRY_DELAYS: [Duration; 3] = [
 const REARM_FIRST: Duration = Duration::from_millis(20);
 const REARM_MAX: Duration = Duration::from_secs(2);
 
-/// Subscribes `handle`'s store to changes of `path`'s chain through the process-wide
-/// registry, and returns the loop that reloads it on each change (see the module docs).
-pub(crate) fn watch(handle: WeakStore, path: &Path) -> impl Future<Output = ()> + Send + use<> {
-    watch_with(&GLOBAL, handle, path)
+/// Subscribes `handle`'s store to changes of each of `paths`' chains through the
+/// process-wide registry, and returns the loops that reload it on each change (see the
+/// module docs), run together. The store's watch state is theirs combined: degraded when
+/// one is.
+pub(crate) fn watch(
+    handle: WeakStore,
+    paths: &[PathBuf],
+) -> impl Future<Output = ()> + Send + use<> {
+    let parts = Parts::new(paths.len());
+    let loops: Vec<_> = paths
+        .iter()
+        .enumerate()
+        .map(|(index, path)| {
+            let part = Part {
+                parts: parts.clone(),
+                index,
+            };
+            Box::pin(watch_part(&GLOBAL, handle.clone(), path, part))
+        })
+        .collect();
+    join_all(loops)
 }
 
-/// [`watch`] through `registry`.
+/// [`watch`] of one path through `registry`.
+#[cfg(test)]
 pub(crate) fn watch_with(
     registry: &Arc<Registry>,
     handle: WeakStore,
     path: &Path,
+) -> impl Future<Output = ()> + Send + use<> {
+    let part = Part {
+        parts: Parts::new(1),
+        index: 0,
+    };
+    watch_part(registry, handle, path, part)
+}
+
+fn watch_part(
+    registry: &Arc<Registry>,
+    handle: WeakStore,
+    path: &Path,
+    part: Part,
 ) -> impl Future<Output = ()> + Send + use<> {
     let start = Start::of(path);
     let mut watcher = Watcher {
@@ -66,11 +100,60 @@ pub(crate) fn watch_with(
         seen: HashMap::new(),
         state: None,
         chain_error: None,
+        part,
     };
     // Subscribed before the store is handed out: its status says so at once.
     watcher.update();
     watcher.reads = registry.read_limit(watcher.start.dir());
     watcher.run()
+}
+
+/// Runs every loop until all have ended.
+async fn join_all(mut loops: Vec<Pin<Box<impl Future<Output = ()>>>>) {
+    std::future::poll_fn(|cx| {
+        loops.retain_mut(|l| l.as_mut().poll(cx).is_pending());
+        if loops.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// The watch states of the paths of one store, each as its loop last saw it.
+struct Parts(Mutex<Vec<Option<WatchState>>>);
+
+impl Parts {
+    fn new(n: usize) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(vec![None; n])))
+    }
+}
+
+/// One loop's place among [`Parts`].
+struct Part {
+    parts: Arc<Parts>,
+    index: usize,
+}
+
+impl Part {
+    /// Records this loop's state; returns the store's: the first problem of any loop,
+    /// else active once every loop is.
+    fn set(&self, state: WatchState) -> Option<WatchState> {
+        let mut parts = lock(&self.parts.0);
+        parts[self.index] = Some(state);
+        if let Some(degraded) = parts
+            .iter()
+            .flatten()
+            .find(|s| matches!(s, WatchState::Degraded { .. }))
+        {
+            return Some(degraded.clone());
+        }
+        parts
+            .iter()
+            .all(Option::is_some)
+            .then_some(WatchState::Active)
+    }
 }
 
 struct Watcher {
@@ -84,6 +167,8 @@ struct Watcher {
     state: Option<WatchState>,
     /// The chain's error last logged: each is logged once.
     chain_error: Option<ChainError>,
+    /// Where this loop's state goes when the store watches several files.
+    part: Part,
 }
 
 impl Watcher {
@@ -155,8 +240,10 @@ impl Watcher {
             Some(reason) => WatchState::Degraded { reason },
         };
         if self.state.as_ref() != Some(&state) {
-            self.store.set_watch_state(state.clone());
-            self.state = Some(state);
+            self.state = Some(state.clone());
+            if let Some(combined) = self.part.set(state) {
+                self.store.set_watch_state(combined);
+            }
         }
         missed
     }

@@ -44,8 +44,10 @@
 //! With the `kube` feature, an `ExecSource` converts from a kubeconfig's
 //! `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`, with the cluster for
 //! `provideClusterInfo`), and [`bearer_reload::kube`] uses it for every config whose user
-//! has an `exec` section. Credentials that hold a client certificate are refused
-//! ([`ExecError::ClientCertificate`]): that kind of plugin is out of this crate's scope.
+//! has an `exec` section. A credential that holds a client certificate and no token fails
+//! a token store ([`ExecError::ClientCertificate`]); with feature `tls`,
+//! `tls::IdentityStore::exec` loads its certificate and key as a client identity (and
+//! [`bearer_reload::kube`] does so for a config whose plugin returns one).
 //!
 //! # Sharing one plugin between clients
 //!
@@ -63,6 +65,8 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{FetchContext, Fetched, TokenSource};
@@ -118,6 +122,26 @@ pub struct ExecSource {
     max_output: usize,
     /// Whether standard input is a terminal: `None` asks the OS at each run.
     stdin_terminal: Option<bool>,
+    /// What the fetch answers with.
+    wants: Wants,
+    /// Set when a run that answered with the token also returned a client certificate
+    /// (shared by clones): the `kube` module then loads the certificate too.
+    saw_certificate: Arc<AtomicBool>,
+    /// A certificate a token run got (shared by clones): the first run of an
+    /// [`ExecSource::client_certificate`] clone takes it instead of running the plugin
+    /// again, so that loading both stores runs the plugin once.
+    #[cfg(feature = "tls")]
+    handover: Arc<std::sync::Mutex<Option<Fetched>>>,
+}
+
+/// What an [`ExecSource`]'s fetch answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wants {
+    /// `status.token`.
+    Token,
+    /// `status.clientCertificateData` and `status.clientKeyData`, as one PEM.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    ClientCertificate,
 }
 
 impl fmt::Debug for ExecSource {
@@ -152,6 +176,10 @@ impl ExecSource {
             cluster: None,
             max_output: MAX_OUTPUT,
             stdin_terminal: None,
+            wants: Wants::Token,
+            saw_certificate: Arc::default(),
+            #[cfg(feature = "tls")]
+            handover: Arc::default(),
         }
     }
 
@@ -236,6 +264,21 @@ impl ExecSource {
         &self.command
     }
 
+    /// The same plugin, answering with its client certificate and key as PEM (for
+    /// `tls::IdentityStore::exec`).
+    #[cfg(feature = "tls")]
+    pub(crate) fn client_certificate(mut self) -> Self {
+        self.wants = Wants::ClientCertificate;
+        self.saw_certificate = Arc::default();
+        self
+    }
+
+    /// Whether a run that answered with the token also returned a client certificate.
+    #[cfg(all(feature = "kube", feature = "tls"))]
+    pub(crate) fn saw_certificate(&self) -> bool {
+        self.saw_certificate.load(Ordering::Relaxed)
+    }
+
     /// Whether standard input counts as a terminal, instead of asking the OS (tests).
     #[cfg(test)]
     pub(crate) fn stdin_terminal(mut self, is_terminal: bool) -> Self {
@@ -279,6 +322,12 @@ impl ExecSource {
     }
 
     async fn run(&self) -> Result<Fetched, ExecError> {
+        #[cfg(feature = "tls")]
+        if self.wants == Wants::ClientCertificate
+            && let Some(fetched) = crate::sync::lock(&self.handover).take()
+        {
+            return Ok(fetched);
+        }
         let name = self.name();
         let terminal = self.terminal()?;
         let exited = run::run(
@@ -303,11 +352,41 @@ impl ExecSource {
             });
         }
         let credential = credential::parse(&exited.stdout, self.api_version, &name)?;
-        let fetched = Fetched::new(credential.token);
-        Ok(match credential.expires_at {
+        let expiring = |fetched: Fetched| match credential.expires_at {
             Some(at) => fetched.with_expires_at(at),
             None => fetched,
-        })
+        };
+        // Handed over when the identity store is about to load: after a run with no token,
+        // or the first run with both (later ones would hand over what may be refused).
+        #[cfg(feature = "tls")]
+        if self.wants == Wants::Token
+            && let Some((cert, key)) = &credential.certificate
+            && (credential.token.is_none() || !self.saw_certificate.load(Ordering::Relaxed))
+        {
+            *crate::sync::lock(&self.handover) =
+                Some(expiring(Fetched::new(format!("{cert}\n{key}"))));
+        }
+        let fetched = match self.wants {
+            Wants::Token => match credential.token {
+                Some(token) => {
+                    if credential.has_certificate {
+                        self.saw_certificate.store(true, Ordering::Relaxed);
+                    }
+                    Fetched::new(token)
+                }
+                None if credential.has_certificate => {
+                    return Err(ExecError::ClientCertificate { command: name });
+                }
+                None => return Err(ExecError::MissingToken { command: name }),
+            },
+            Wants::ClientCertificate => {
+                let Some((cert, key)) = credential.certificate else {
+                    return Err(ExecError::MissingCertificate { command: name });
+                };
+                Fetched::new(format!("{cert}\n{key}"))
+            }
+        };
+        Ok(expiring(fetched))
     }
 }
 

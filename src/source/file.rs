@@ -129,8 +129,8 @@ impl TokenSource for FileSource {
         format!("file {}", self.path.display())
     }
 
-    fn path(&self) -> Option<&Path> {
-        Some(&self.path)
+    fn paths(&self) -> &[PathBuf] {
+        std::slice::from_ref(&self.path)
     }
 
     fn default_refresh_interval(&self) -> Option<Duration> {

@@ -56,7 +56,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::path::Path;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
@@ -92,6 +92,7 @@ pub struct Fetched {
     bytes: Vec<u8>,
     expires_at: Option<SystemTime>,
     refresh_at: Option<SystemTime>,
+    attached: Option<crate::token::Attached>,
 }
 
 impl Fetched {
@@ -102,6 +103,7 @@ impl Fetched {
             bytes: bytes.into(),
             expires_at: None,
             refresh_at: None,
+            attached: None,
         }
     }
 
@@ -138,6 +140,19 @@ impl Fetched {
     /// The refresh moment the source asked for, if any.
     pub(crate) fn refresh_at(&self) -> Option<SystemTime> {
         self.refresh_at
+    }
+
+    /// Keeps `value` beside the token, to be installed with it (a parsed certificate
+    /// beside its placeholder).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn with_attached(mut self, value: crate::token::Attached) -> Self {
+        self.attached = Some(value);
+        self
+    }
+
+    /// The value kept beside the token, if any.
+    pub(crate) fn take_attached(&mut self) -> Option<crate::token::Attached> {
+        self.attached.take()
     }
 }
 
@@ -271,10 +286,11 @@ pub trait TokenSource: Send + Sync + 'static {
     /// path, a command, a service account. Never the token.
     fn describe(&self) -> String;
 
-    /// The file this source reads, if it is one: the store's watcher then watches it (and
-    /// the symlinks leading to it).
-    fn path(&self) -> Option<&Path> {
-        None
+    /// The files this source reads, if it reads any: the store's watcher then watches each
+    /// (and the symlinks leading to it). A file ([`FileSource`]) is one; a client
+    /// certificate and its key in two files are two.
+    fn paths(&self) -> &[PathBuf] {
+        &[]
     }
 
     /// How often the store fetches again when nothing else asks, unless the builder says

@@ -40,8 +40,10 @@ pub enum LoadError {
     /// a loader's error. The source's error is the `source()`;
     /// [`LoadError::downcast_ref`] gets it as its own type (a
     /// [`FileError`](crate::source::FileError), ...).
-    #[error("cannot fetch a token from {origin}")]
+    #[error("cannot fetch {credential} from {origin}")]
     Fetch {
+        /// What was fetched.
+        credential: Credential,
         /// The source, as [`TokenSource::describe`](crate::source::TokenSource::describe)
         /// names it.
         origin: Arc<str>,
@@ -60,8 +62,10 @@ pub enum LoadError {
     },
     /// The fetch did not finish in time (a stuck mount, a FIFO without a writer, a hung
     /// loader or plugin); the last good token stays and later reloads are not held up.
-    #[error("fetching the token from {origin} took longer than {after:?}")]
+    #[error("fetching {credential} from {origin} took longer than {after:?}")]
     Timeout {
+        /// What was fetched.
+        credential: Credential,
         /// The source.
         origin: Arc<str>,
         /// The time limit.
@@ -88,6 +92,29 @@ impl LoadError {
     }
 }
 
+/// What a store holds, and its errors name: a bearer token, or (feature `tls`) a client
+/// certificate or a CA bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Credential {
+    /// A bearer token.
+    Token,
+    /// A client certificate and its private key.
+    ClientCertificate,
+    /// The certificates of the authorities a client trusts.
+    CaBundle,
+}
+
+impl fmt::Display for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Credential::Token => "a token",
+            Credential::ClientCertificate => "a client certificate",
+            Credential::CaBundle => "a CA bundle",
+        })
+    }
+}
+
 /// An error and its causes on one line, `a: b: c`, for logs.
 pub(crate) struct Chain<'a>(pub(crate) &'a (dyn Error + 'static));
 
@@ -111,6 +138,7 @@ mod tests {
     fn the_chain_shows_each_cause_once_after_the_source() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
         let err = LoadError::Fetch {
+            credential: Credential::Token,
             origin: "file /run/token".into(),
             error: Arc::new(crate::source::FileError::Read {
                 path: "/run/token".into(),

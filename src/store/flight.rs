@@ -12,11 +12,10 @@
 //! a dropped store alive; the store aborts it when dropped.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
-use super::{LoadError, Reloaded, Shared};
+use super::{Config, Credential, LoadError, Reloaded, Shared};
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
 
@@ -193,18 +192,20 @@ impl Shared {
 pub(crate) async fn fetch(
     source: &dyn DynSource,
     origin: &Arc<str>,
-    limit: Duration,
+    config: &Config,
     cx: FetchContext,
 ) -> Result<Fetched, LoadError> {
-    match tokio::time::timeout(limit, source.fetch_dyn(cx)).await {
+    match tokio::time::timeout(config.fetch_timeout, source.fetch_dyn(cx)).await {
         Ok(Ok(fetched)) => Ok(fetched),
         Ok(Err(error)) => Err(LoadError::Fetch {
+            credential: config.credential,
             origin: origin.clone(),
             error: Arc::from(error),
         }),
         Err(_) => Err(LoadError::Timeout {
+            credential: config.credential,
             origin: origin.clone(),
-            after: limit,
+            after: config.fetch_timeout,
         }),
     }
 }
@@ -224,13 +225,14 @@ async fn read_loop(
     };
     let mut unfinished = Unfinished {
         store: store.clone(),
+        credential: config.credential,
         origin: origin.clone(),
         read: n,
         trigger,
     };
     loop {
         let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
-        let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await;
+        let fetched = fetch(&*source, &origin, &config, cx).await;
         let Some(shared) = store.upgrade() else {
             return;
         };
@@ -250,6 +252,7 @@ async fn read_loop(
 /// starts a new read.
 struct Unfinished {
     store: Weak<Shared>,
+    credential: Credential,
     origin: Arc<str>,
     /// The read in flight; 0 once the task ended normally.
     read: u64,
@@ -265,6 +268,7 @@ impl Drop for Unfinished {
             return;
         };
         let error = LoadError::Fetch {
+            credential: self.credential,
             origin: self.origin.clone(),
             error: Arc::new(std::io::Error::other(
                 "the read was dropped unfinished: the tokio runtime running it shut down",

@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use super::{Config, Counters, LoadError, Reloaded, Shared};
+use super::{Config, Counters, LoadError, Reloaded, Shared, Shown, event};
 use crate::source::{Fetched, Trigger};
 use crate::sync::lock;
 use crate::token::{Token, TokenError};
 
 /// Validates fetched bytes as a token, with the source's dates.
 pub(super) fn token_of(
-    fetched: Fetched,
+    mut fetched: Fetched,
     origin: &Arc<str>,
     config: &Config,
 ) -> Result<Token, LoadError> {
@@ -18,11 +18,13 @@ pub(super) fn token_of(
         source,
     };
     let token = Token::parse_capped(fetched.bytes(), config.max_size).map_err(invalid)?;
-    Ok(token.with_source_dates(
-        config.clock.now(),
-        fetched.expires_at(),
-        fetched.refresh_at(),
-    ))
+    Ok(token
+        .with_source_dates(
+            config.clock.now(),
+            fetched.expires_at(),
+            fetched.refresh_at(),
+        )
+        .with_attached(fetched.take_attached()))
 }
 
 impl Shared {
@@ -36,18 +38,29 @@ impl Shared {
         *lock(&self.last_error) = None;
         let old = self.current.load_full();
         if old.same_secret(&token) {
-            tracing::trace!(trigger = trigger.as_str(), token = %old.fingerprint(), "token unchanged");
+            event!(
+                self.config.credential,
+                trace,
+                { trigger = trigger.as_str(), token = %Shown(&old), },
+                "token unchanged",
+                "unchanged"
+            );
             return Ok(Reloaded::Unchanged);
         }
         let from = old.generation();
         let to = from + 1;
         let token = token.with_generation(to);
-        tracing::info!(
-            trigger = trigger.as_str(),
-            old = %old.fingerprint(),
-            new = %token,
-            generation = to,
-            "token rotated"
+        event!(
+            self.config.credential,
+            info,
+            {
+                trigger = trigger.as_str(),
+                old = %Shown(&old),
+                new = %token,
+                generation = to,
+            },
+            "token rotated",
+            "rotated"
         );
         self.current.store(Arc::new(token));
         self.set_generation(to);

@@ -66,7 +66,7 @@ mod telemetry;
 mod weak;
 
 pub(crate) use error::Chain;
-pub use error::LoadError;
+pub use error::{Credential, LoadError};
 pub use status::{Status, WatchState};
 
 pub(crate) use background::Start;
@@ -95,9 +95,23 @@ mod word {
     pub(super) const GENERATION: u64 = STOPPED - 1;
 }
 
+/// Logs one event of a store: with message `$token` for a token store, and for a store of
+/// another credential with `$other` and the credential named.
+macro_rules! event {
+    ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
+        match $credential {
+            $crate::store::Credential::Token => tracing::$level!($($fields)* $token),
+            other => tracing::$level!(credential = %other, $($fields)* $other),
+        }
+    };
+}
+use event;
+
 /// What the store needs to know of its options.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
+    /// What the store holds.
+    pub(crate) credential: Credential,
     /// The `source` label of the store's metrics; its source's description when `None`.
     pub(crate) name: Option<String>,
     pub(crate) max_size: usize,
@@ -186,9 +200,9 @@ impl TokenStore {
     ) -> Result<Self, LoadError> {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
-        let fetched = flight::fetch(&*source, &origin, config.fetch_timeout, cx).await?;
+        let fetched = flight::fetch(&*source, &origin, &config, cx).await?;
         let first = token_of(fetched, &origin, &config)?.with_generation(1);
-        tracing::info!(source = %origin, token = %first, "token loaded");
+        event!(config.credential, info, { source = %origin, token = %first, }, "token loaded", "loaded");
         let label = config
             .name
             .as_deref()
@@ -239,6 +253,12 @@ impl TokenStore {
     /// A weak reference, for background work that must not keep the store alive.
     pub(crate) fn downgrade(&self) -> WeakStore {
         WeakStore::new(Arc::downgrade(&self.shared))
+    }
+
+    /// The wall-clock time on the store's clock.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn now(&self) -> std::time::SystemTime {
+        self.shared.config.clock.now()
     }
 
     /// A number of this store's own while it lives, for drawing its timer's jitter.
@@ -351,6 +371,13 @@ impl TokenStore {
         self.count_retry(RetryOutcome::Sent);
     }
 
+    /// Counts a request sent again after a refusal that needs no header (a client
+    /// certificate's).
+    #[cfg(feature = "tls")]
+    pub(crate) fn count_retried(&self) {
+        self.count_retry(RetryOutcome::Sent);
+    }
+
     /// Counts how a request sent again went: `refused` when it met a 401 too.
     pub(crate) fn count_resent(&self, refused: bool) {
         self.count_retry(if refused {
@@ -386,11 +413,17 @@ impl Shared {
 
     fn report_failure(&self, error: &LoadError, trigger: Trigger) {
         Counters::bump(&self.counters.failures);
-        tracing::warn!(
-            trigger = trigger.as_str(),
-            token = %self.current.load().fingerprint(),
-            error = %Chain(error),
-            "token reload failed; keeping the last good token"
+        let current = self.current.load();
+        event!(
+            self.config.credential,
+            warn,
+            {
+                trigger = trigger.as_str(),
+                token = %Shown(&current),
+                error = %Chain(error),
+            },
+            "token reload failed; keeping the last good token",
+            "reload failed; keeping the last good one"
         );
         *lock(&self.last_error) = Some(error.clone());
     }
@@ -402,6 +435,20 @@ impl Shared {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 Some((w & !word::GENERATION) | to)
             });
+    }
+}
+
+/// A token in logs: its fingerprint, or for a store of another credential what it holds
+/// (a certificate's subject and fingerprint).
+pub(crate) struct Shown<'a>(pub(crate) &'a Token);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.has_attached() {
+            fmt::Display::fmt(self.0, f)
+        } else {
+            fmt::Display::fmt(&self.0.fingerprint(), f)
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 
 pub mod exec_plugin;
 pub mod kube_api;
+pub mod mtls;
+pub mod pki;
 pub mod procfs;
 pub mod prometheus;
 pub mod script;

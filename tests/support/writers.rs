@@ -1,6 +1,8 @@
 //! The common ways a token file is rewritten, for the tests: a rename over it (editors,
 //! `mv`, most agents), a truncate-and-write (`echo > file`), and a slow writer whose
-//! half-written file a reader can see. The kubelet's way is `bearer_reload::testing`'s.
+//! half-written file a reader can see; and the kubelet's certificate manager's dated PEM
+//! files behind a re-pointed `-current.pem` symlink. The kubelet's projected volumes are
+//! `bearer_reload::testing`'s.
 
 use std::fs;
 use std::io::{self, Write};
@@ -58,4 +60,34 @@ pub fn write_in_chunks(
     f.write_all(first.as_ref())?;
     std::thread::sleep(pause);
     f.write_all(rest.as_ref())
+}
+
+/// Writes `pem` as the kubelet's certificate manager does (client-go's
+/// `util/certificate` `fileStore.Update`): a new dated file
+/// `<dir>/<pair>-<YYYY-MM-DD-HH-MM-SS>.pem` (`<n>` appended when the second was taken),
+/// then the symlink `<pair>-updated.pem` to it, the removal of `<pair>-current.pem`, and
+/// the rename of the first over the second. Between the removal and the rename there is no
+/// `-current.pem` at all. Returns the path of `<pair>-current.pem`.
+pub fn kubelet_pem(dir: &Path, pair: &str, pem: &str) -> io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::symlink;
+    let stamp = jiff::Timestamp::now()
+        .strftime("%Y-%m-%d-%H-%M-%S")
+        .to_string();
+    let mut dated = dir.join(format!("{pair}-{stamp}.pem"));
+    let mut n = 0;
+    while dated.exists() {
+        n += 1;
+        dated = dir.join(format!("{pair}-{stamp}-{n}.pem"));
+    }
+    std::fs::write(&dated, pem)?;
+    let updated = dir.join(format!("{pair}-updated.pem"));
+    let current = dir.join(format!("{pair}-current.pem"));
+    let _ = std::fs::remove_file(&updated);
+    symlink(&dated, &updated)?;
+    match std::fs::remove_file(&current) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::rename(&updated, &current)?;
+    Ok(current)
 }

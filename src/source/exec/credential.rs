@@ -134,12 +134,17 @@ pub(super) fn exec_info(
 
 /// What a plugin's credential holds, once checked.
 pub(super) struct Credential {
-    pub(super) token: String,
+    pub(super) token: Option<String>,
+    /// `clientCertificateData` and `clientKeyData` (PEM), when both are there.
+    pub(super) certificate: Option<(String, String)>,
+    /// Whether either half of a client certificate is there.
+    pub(super) has_certificate: bool,
     pub(super) expires_at: Option<SystemTime>,
 }
 
 /// Reads a plugin's standard output as an `ExecCredential` of `api_version`, in the order
-/// client-go checks it: the document, its kind and version, its status, then the token.
+/// client-go checks it: the document, its kind and version, its status, then its
+/// credentials and their expiry.
 pub(super) fn parse(
     stdout: &[u8],
     api_version: ApiVersion,
@@ -174,17 +179,14 @@ pub(super) fn parse(
     let Some(Value::Object(status)) = doc.get("status") else {
         return Err(ExecError::MissingStatus { command: command() });
     };
+    let text = |name: &str| match status.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
     let present = |name: &str| match status.get(name) {
         Some(Value::String(s)) => !s.is_empty(),
         Some(Value::Null) | None => false,
         Some(_) => true,
-    };
-    if present("clientCertificateData") || present("clientKeyData") {
-        return Err(ExecError::ClientCertificate { command: command() });
-    }
-    let token = match status.get("token") {
-        Some(Value::String(token)) if !token.is_empty() => token.clone(),
-        _ => return Err(ExecError::MissingToken { command: command() }),
     };
     let expires_at = match status.get("expirationTimestamp") {
         None | Some(Value::Null) => None,
@@ -195,7 +197,12 @@ pub(super) fn parse(
         ),
         Some(_) => return Err(ExecError::InvalidExpiry { command: command() }),
     };
-    Ok(Credential { token, expires_at })
+    Ok(Credential {
+        token: text("token"),
+        certificate: text("clientCertificateData").zip(text("clientKeyData")),
+        has_certificate: present("clientCertificateData") || present("clientKeyData"),
+        expires_at,
+    })
 }
 
 /// A value from the plugin's output, fit to be shown in an error: short, and with anything

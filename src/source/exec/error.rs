@@ -107,13 +107,23 @@ pub enum ExecError {
         command: String,
     },
     /// The credential holds a client certificate (`clientCertificateData`,
-    /// `clientKeyData`): not supported here; with `bearer_reload::kube`, such a config
-    /// gets kube's own client.
+    /// `clientKeyData`) and no token: load it as a client identity
+    /// (`tls::IdentityStore::exec`, feature `tls`; `bearer_reload::kube` does).
     #[error(
-        "the plugin returned a client certificate; only bearer tokens are supported (use \
-         kube's own client for certificate credentials)"
+        "the plugin returned a client certificate and no token (status.token): load it as a \
+         client identity (tls::IdentityStore::exec)"
     )]
     ClientCertificate {
+        /// The command.
+        command: String,
+    },
+    /// The credential lacks `clientCertificateData` or `clientKeyData`, for a store that
+    /// wants the client certificate.
+    #[error(
+        "the plugin printed an ExecCredential without a client certificate and key \
+         (status.clientCertificateData, status.clientKeyData)"
+    )]
+    MissingCertificate {
         /// The command.
         command: String,
     },

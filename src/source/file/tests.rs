@@ -30,7 +30,7 @@ async fn reads_the_bytes_as_they_are_through_symlinks() {
     std::os::unix::fs::symlink(&path, dir.path().join("link")).unwrap();
     assert_eq!(fetch(&dir.path().join("link")).await.unwrap(), b" abc\n");
     let source = FileSource::new(&path);
-    assert_eq!(source.path(), Some(path.as_path()));
+    assert_eq!(source.paths(), std::slice::from_ref(&path));
     assert_eq!(source.describe(), format!("file {}", path.display()));
 }
 

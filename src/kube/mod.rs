@@ -1,6 +1,6 @@
 //! A `kube::Client` whose token reloads the moment it rotates, and whose 401s are
 //! retried once with the new token (feature `kube`): from a token file, or from an exec
-//! credential plugin.
+//! credential plugin; with feature `tls`, whose client certificate and CA bundle do too.
 //!
 //! kube-rs reads a `tokenFile` (the in-cluster service-account token, or a kubeconfig user's
 //! `tokenFile`) again only about once a minute, and a request refused in between fails. It
@@ -20,7 +20,7 @@
 //!
 //! // In a pod: the projected service-account token, reloaded as the kubelet rotates it.
 //! // On a laptop: the kubeconfig's token file or exec plugin (`aws eks get-token`, ...).
-//! let client = bearer_reload::kube::client(kube::Config::infer().await?).await?;
+//! let client = bearer_reload::kube::client(bearer_reload::kube::infer().await?).await?;
 //! let configmaps: Api<ConfigMap> = Api::default_namespaced(client);
 //! for cm in configmaps.list(&Default::default()).await? {
 //!     println!("{}", cm.metadata.name.unwrap_or_default());
@@ -47,16 +47,20 @@
 //! # let _ = (api, watcher); Ok(()) }
 //! ```
 //!
-//! # Which configs get the reloading token
+//! # Which configs get the reloading credentials
 //!
 //! Those whose user authenticates with a token file or an exec plugin, and nothing kube
 //! would use before it. kube picks, in this order: an auth provider, username and
 //! password, an inline `token`, a `tokenFile`, an exec plugin. So a config with both an
 //! inline token and a token file uses the inline token, and one with a token file and an
-//! exec section uses the file, as kube does. For every other config (inline tokens, client
-//! certificates alone, auth providers), [`client`] returns kube's own client, unchanged,
-//! and a `debug` event says why; [`token_store`] returns `None`. Client certificates given
-//! alongside a token file or a plugin are used for TLS as kube uses them.
+//! exec section uses the file, as kube does. [`token_store`] returns `None` for the others.
+//!
+//! With feature `tls`, also those whose user presents a client certificate (files, data,
+//! or an exec plugin's), and those whose CA bundle is a file (`root_cert_file`: the
+//! in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` through [`infer`]); see
+//! [TLS](#tls). For every other config (an inline token alone, auth providers, and without
+//! `tls` client certificates), [`client`] returns kube's own client, unchanged, and a
+//! `debug` event says why.
 //!
 //! # Exec plugins
 //!
@@ -77,10 +81,12 @@
 //! - A relative `command` with a path separator is resolved against the kubeconfig's
 //!   directory by kube's loader (`Kubeconfig::read_from`, `Config::infer`); a config built
 //!   otherwise runs it relative to the working directory.
-//! - A plugin whose credential holds a client certificate (`clientCertificateData`) is out
-//!   of scope: [`client`] then returns kube's own client, which handles certificates (and
-//!   runs the plugin itself); loading [`token_store`]'s builder fails with
-//!   [`ExecError::ClientCertificate`].
+//! - A plugin whose credential holds a client certificate (`clientCertificateData`): with
+//!   feature `tls` its certificate is the client's identity ([`Credentials::load`] loads
+//!   it with [`IdentityStore::exec`](crate::tls::IdentityStore::exec), the plugin run once
+//!   for both stores); without, [`client`] returns kube's own client, which handles
+//!   certificates (and runs the plugin itself), and loading [`token_store`]'s builder
+//!   fails with [`ExecError::ClientCertificate`].
 //! - A plugin that fails when the store is loaded is an error ([`Error::Load`], naming the
 //!   command and what went wrong); a later failure keeps the last good token.
 //!
@@ -95,7 +101,26 @@
 //! that kube buffers (all of `Api`'s) are replayed on a retry. kube's `Client` wraps the
 //! whole stack in its own `Buffer`, as it always does.
 //!
-//! Runnable examples: `examples/kube_incluster.rs` and `examples/kube_kubeconfig.rs`.
+//! # TLS
+//!
+//! With feature `tls` and a client identity or a CA bundle in its [`Credentials`], the
+//! client is built on this crate's [`HttpsClient`](crate::tls::HttpsClient) instead of
+//! kube's hyper client: the certificate it presents and the bundle it verifies the server
+//! with are current at each handshake, connections made with an old identity or bundle
+//! are retired on rotation, and a handshake refused for the certificate (or a 401)
+//! reloads the identity and sends the request again. kube 5 reads certificates once, and
+//! the in-cluster `ca.crt` again only after 60 s.
+//!
+//! The stack is then, outermost → innermost: kube's base URI, kube's retry of
+//! 429/503/504, the [`BearerLayer`] with its 401 retry (when there is a token), kube's
+//! auth for what the config still holds (an inline token, a username and password),
+//! kube's extra headers and impersonation, the `HttpsClient` with the config's
+//! `connect_timeout` and `tls_server_name`. Left out, as kube's own client has them: the
+//! config's read and write timeouts and kube's tracing spans. A config with a
+//! `proxy_url`, or with `accept_invalid_certs`, keeps kube's TLS (certificates read once).
+//!
+//! Runnable examples: `examples/kube_incluster.rs`, `examples/kube_kubeconfig.rs` and
+//! `examples/cert_rotation.rs`.
 //!
 //! [`Config`]: https://docs.rs/kube/5/kube/struct.Config.html
 //! [`Config::default_retry`]: https://docs.rs/kube/5/kube/struct.Config.html#structfield.default_retry
@@ -104,7 +129,7 @@ use std::path::PathBuf;
 
 use ::kube::client::retry::RetryPolicy;
 use ::kube::client::{Body, ClientBuilder};
-use ::kube::config::{AuthInfo, ExecConfig};
+use ::kube::config::{AuthInfo, ExecConfig, Kubeconfig};
 use ::kube::{Client, Config};
 use tower::ServiceBuilder;
 use tower::buffer::BufferLayer;
@@ -115,31 +140,106 @@ use crate::layer::BearerLayer;
 use crate::source::{ExecError, ExecSource, FileSource};
 use crate::store::{LoadError, TokenStore};
 
+mod credentials;
+#[cfg(feature = "tls")]
+mod https;
+
+pub use credentials::Credentials;
+
 /// Requests that may wait for the inner stack: the bound of the `Buffer` that makes kube's
 /// default stack clonable (kube's own `Client` uses the same bound).
 const BUFFER: usize = 1024;
 
-/// Why a client could not be built. Never holds a token.
+/// Why a client could not be built. Never holds a token or a key.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The token could not be loaded (the error names its source).
+    /// A credential could not be loaded (the error names its source).
     #[error(transparent)]
     Load(#[from] LoadError),
     /// kube could not build its client from the config.
     #[error(transparent)]
     Kube(#[from] ::kube::Error),
+    /// kube found no config ([`infer`]).
+    #[error(transparent)]
+    Infer(#[from] ::kube::config::InferConfigError),
     /// The user's `exec` section cannot be used (no command, an unknown `apiVersion`, ...).
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// A kubeconfig field meant to hold base64 does not.
+    #[error("the kubeconfig's {field} is not base64")]
+    Data {
+        /// The field, as the kubeconfig spells it (`client-certificate-data`, ...).
+        field: &'static str,
+    },
+    /// [`Credentials`] with a client identity but no CA bundle to verify the server with.
+    #[error("a client identity needs a CA bundle to verify the server with: Credentials::roots")]
+    NoRoots,
+    /// The config's `tls_server_name` is not a DNS name or an IP address.
+    #[error("tls_server_name {name:?} is not a DNS name or an IP address")]
+    ServerName {
+        /// The name.
+        name: String,
+    },
+    /// Rotating TLS credentials were given for a config that goes through a proxy (kube's
+    /// own connector handles proxies, with certificates read once).
+    #[error(
+        "the config goes through proxy {proxy}: rotating TLS credentials are not supported \
+         through a proxy (give only a token store)"
+    )]
+    Proxy {
+        /// The proxy's URL.
+        proxy: String,
+    },
 }
 
-/// A [`kube::Client`] for `config` whose token file is reloaded on every change (or whose
-/// exec plugin is run again before its token expires and on a 401) and whose 401s are
-/// retried once: [`token_store`], loaded with the default options, then [`client_with`].
+/// kube's [`Config::infer`], and the kubeconfig cluster's `certificate-authority` file as
+/// `root_cert_file`, so that [`Credentials::load`] watches it (kube keeps only its bytes).
+/// In a pod, `root_cert_file` is the service account's `ca.crt` already.
 ///
-/// Configs that use neither a token file nor an exec plugin get kube's own client,
-/// unchanged (see the [module docs](self)). Must be called within a tokio runtime.
+/// [`Config::infer`]: https://docs.rs/kube/5/kube/struct.Config.html#method.infer
+pub async fn infer() -> Result<Config, Error> {
+    let mut config = Config::infer().await?;
+    if config.root_cert_file.is_none() {
+        config.root_cert_file = Kubeconfig::read()
+            .ok()
+            .and_then(|kubeconfig| ca_file(&kubeconfig));
+    }
+    Ok(config)
+}
+
+/// The current context's cluster's `certificate-authority` path, when it has no
+/// `certificate-authority-data` (which kube would use first).
+fn ca_file(kubeconfig: &Kubeconfig) -> Option<PathBuf> {
+    let context = kubeconfig.current_context.as_deref()?;
+    let cluster = kubeconfig
+        .contexts
+        .iter()
+        .find(|named| named.name == context)?
+        .context
+        .as_ref()?
+        .cluster
+        .as_str();
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|named| named.name == cluster)?
+        .cluster
+        .as_ref()?;
+    if cluster.certificate_authority_data.is_some() {
+        return None;
+    }
+    cluster.certificate_authority.as_ref().map(PathBuf::from)
+}
+
+/// A [`kube::Client`] for `config` whose credentials reload the moment they rotate: its
+/// token file (reloaded on every change) or exec plugin (run again before its token
+/// expires and on a 401), with 401s retried once; with feature `tls`, its client
+/// certificate and CA bundle as well, with connections retired on each rotation.
+/// [`Credentials::load`], then [`client_with`].
+///
+/// Configs in which nothing rotates get kube's own client, unchanged (see the
+/// [module docs](self)). Must be called within a tokio runtime.
 ///
 /// Fails, naming the path, when the token file is missing or does not hold a valid token
 /// (kube's own client would fail on every request instead); naming the command when the
@@ -147,19 +247,9 @@ pub enum Error {
 ///
 /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
 pub async fn client(config: Config) -> Result<Client, Error> {
-    let Some(builder) = token_store(&config)? else {
-        return Ok(Client::try_from(config)?);
-    };
-    match builder.load().await {
-        Ok(store) => client_with(config, store),
-        Err(e) if matches!(e.downcast_ref(), Some(ExecError::ClientCertificate { .. })) => {
-            tracing::debug!(
-                source = e.origin(),
-                "exec plugin returned a client certificate: using kube's own client"
-            );
-            Ok(Client::try_from(config)?)
-        }
-        Err(e) => Err(e.into()),
+    match credentials::load_for(&config).await? {
+        Some(credentials) => client_with(config, credentials),
+        None => Ok(Client::try_from(config)?),
     }
 }
 
@@ -186,20 +276,39 @@ pub fn token_store(config: &Config) -> Result<Option<StoreBuilder>, Error> {
     })
 }
 
-/// A [`kube::Client`] for `config` that takes its token from `store` and retries its 401s
-/// once with the new token. Everything else is `config`'s, as kube uses it; its own token
-/// file or exec section, if any, is taken out (kube's auth layer, closer to the wire, would
-/// overwrite the store's header).
+/// A [`kube::Client`] for `config` that takes its credentials from `credentials` (a
+/// [`TokenStore`] converts into them) and retries its 401s once with the new token.
+/// Everything else is `config`'s, as kube uses it; its own token file and exec section,
+/// if any, are taken out (kube's auth layer, closer to the wire, would overwrite the
+/// store's header): give their stores in `credentials`.
 ///
-/// Every client given one store shares its token, its reads and its exec plugin's runs.
-/// Must be called within a tokio runtime (the stack's `Buffer` spawns its worker there).
+/// With a client identity or a CA bundle (feature `tls`), the client sends its requests
+/// through an [`HttpsClient`](crate::tls::HttpsClient) instead of kube's hyper client;
+/// see [TLS](self#tls). Fails then when `config` goes through a proxy, or when an identity
+/// comes without a bundle.
+///
+/// Every client given the same stores shares their credentials, their reads and their
+/// exec plugin's runs. Must be called within a tokio runtime (the stack's `Buffer` spawns
+/// its worker there).
 ///
 /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
-pub fn client_with(mut config: Config, store: TokenStore) -> Result<Client, Error> {
+pub fn client_with(
+    mut config: Config,
+    credentials: impl Into<Credentials>,
+) -> Result<Client, Error> {
+    let credentials = credentials.into();
     // With the token file and the plugin gone kube's auth layer has nothing to do, and kube
     // never runs the plugin (it would, up to three times, while building its client).
     config.auth_info.token_file = None;
     config.auth_info.exec = None;
+    #[cfg(feature = "tls")]
+    if credentials.identity.is_some() || credentials.roots.is_some() {
+        tracing::debug!("kube client with reloading TLS credentials");
+        return https::client(config, credentials);
+    }
+    let Some(store) = credentials.token else {
+        return Ok(Client::try_from(config)?);
+    };
     // kube's retry goes outside our layer, so that each attempt gets the current token.
     let default_retry = std::mem::replace(&mut config.default_retry, false);
     tracing::debug!(token = %store.current(), "kube client with a reloading token");
@@ -319,14 +428,38 @@ mod tests {
     }
 
     #[test]
+    fn infer_watches_the_current_clusters_ca_file_unless_it_has_data() {
+        let kubeconfig = |cluster: &str| {
+            Kubeconfig::from_yaml(&format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: x\n\
+                 contexts: [{{name: x, context: {{cluster: b, user: u}}}}, \
+                 {{name: y, context: {{cluster: a, user: u}}}}]\n\
+                 clusters: [{{name: a, cluster: {{server: 'https://a', certificate-authority: /a/ca.crt}}}}, \
+                 {{name: b, cluster: {cluster}}}]\n"
+            ))
+            .unwrap()
+        };
+        let file = kubeconfig("{server: 'https://b', certificate-authority: /b/ca.crt}");
+        assert_eq!(ca_file(&file), Some(PathBuf::from("/b/ca.crt")));
+        // kube uses the data first: nothing to watch.
+        let data = kubeconfig(
+            "{server: 'https://b', certificate-authority: /b/ca.crt, certificate-authority-data: eA==}",
+        );
+        assert_eq!(ca_file(&data), None);
+        let none = kubeconfig("{server: 'https://b'}");
+        assert_eq!(ca_file(&none), None);
+    }
+
+    #[test]
     fn errors_hold_no_token() {
         let err = Error::from(LoadError::Timeout {
+            credential: crate::store::Credential::Token,
             origin: "file /d/token".into(),
             after: std::time::Duration::from_secs(10),
         });
         assert_eq!(
             err.to_string(),
-            "fetching the token from file /d/token took longer than 10s"
+            "fetching a token from file /d/token took longer than 10s"
         );
     }
 

@@ -1,0 +1,477 @@
+//! [`HttpsClient`]: a hyper-util client over rustls that presents the current identity,
+//! trusts the current CA bundle, and retires its connections when either rotates.
+//!
+//! hyper-util's pool cannot be told to drop a connection after the fact: `Connected` is not
+//! publicly `Clone`, and `Connected::poison` acts on the one the connector hands over. So
+//! the client retires the pool itself: each generation of the identity and the bundle gets
+//! its own hyper-util client (pool), built on the same connector. A request takes the pool
+//! of the generations current when it starts (two atomic loads); requests already in
+//! flight finish on the old pool's connections, which close when the last of them is
+//! done. A connection whose handshake straddles a rotation is poisoned as the connector
+//! hands it over: it serves the request that dialled it and is not reused.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Builder, Client, Error};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use pin_project_lite::pin_project;
+use rustls::pki_types::ServerName;
+use tower_service::Service;
+
+use super::connect::{Dialled, Tagging};
+use super::refusal::{Blame, blame};
+use super::{IdentityStore, RootStore, client_config};
+use crate::body::TryCloneBody;
+use crate::layer::clone_request;
+use crate::layer::refused::{AfterRefusal, Refused};
+use crate::store::TokenStore;
+use crate::sync::lock;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The connector under every pool.
+type Connector = Tagging<HttpsConnector<HttpConnector>>;
+
+/// A hyper-util HTTPS client (rustls with ring) that presents an
+/// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
+/// bundle, and never sends a request that starts after either rotates on a connection
+/// made before: requests already in flight finish, later ones go out on new connections
+/// (see the [module docs](super#connections-retired-on-rotation)).
+///
+/// A request refused because of the identity (a handshake the server refused with a
+/// certificate alert, or a 401) reloads the identity at once, and one the bundle did not
+/// verify (an unknown issuer) reloads the bundle: one read per burst, as for tokens. A
+/// request whose body can be copied ([`TryCloneBody`]) is then sent once more, on a new
+/// connection, when the reload brought a newer credential.
+///
+/// A tower `Service`, cheap to clone; put a [`BearerLayer`](crate::BearerLayer) in front
+/// of it for a token as well.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use bearer_reload::source::FileSource;
+/// use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
+/// use http_body_util::Empty;
+/// use tower::ServiceExt;
+///
+/// let dir = "/var/lib/kubelet/pki";
+/// let identity = IdentityStore::builder(FileSource::new(format!("{dir}/kubelet-client-current.pem")))
+///     .load()
+///     .await?;
+/// let roots = RootStore::builder(FileSource::new("/etc/kubernetes/pki/ca.crt")).load().await?;
+/// let client = HttpsClient::builder(roots).identity(identity).build::<Empty<bytes::Bytes>>();
+/// let response = client
+///     .oneshot(http::Request::get("https://10.96.0.1/version").body(Empty::new())?)
+///     .await?;
+/// println!("{}", response.status());
+/// # Ok(()) }
+/// ```
+pub struct HttpsClient<B> {
+    shared: Arc<Shared<B>>,
+    /// The pool this clone last used.
+    pool: Arc<Pool<B>>,
+}
+
+impl<B> Clone for HttpsClient<B> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<B> fmt::Debug for HttpsClient<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpsClient")
+            .field("identity", &self.shared.stores.identity)
+            .field("roots", &self.shared.stores.roots)
+            .field("generations", &self.pool.generations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The generations of the identity (0 without one) and of the bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Generations {
+    pub(crate) identity: u64,
+    pub(crate) roots: u64,
+}
+
+/// The credentials a client's connections are made with.
+#[derive(Debug, Clone)]
+pub(crate) struct Stores {
+    identity: Option<IdentityStore>,
+    roots: RootStore,
+}
+
+impl Stores {
+    pub(crate) fn generations(&self) -> Generations {
+        Generations {
+            identity: self.identity.as_ref().map_or(0, IdentityStore::generation),
+            roots: self.roots.generation(),
+        }
+    }
+}
+
+struct Shared<B> {
+    stores: Stores,
+    builder: Builder,
+    connector: Connector,
+    /// The pool of the newest generations seen.
+    current: Mutex<Arc<Pool<B>>>,
+}
+
+/// One generation's hyper-util client.
+struct Pool<B> {
+    generations: Generations,
+    client: Client<Connector, B>,
+}
+
+/// Builds an [`HttpsClient`]: from [`HttpsClient::builder`].
+#[derive(Debug)]
+pub struct HttpsClientBuilder {
+    stores: Stores,
+    server_name: Option<ServerName<'static>>,
+    connect_timeout: Option<Duration>,
+    builder: Builder,
+}
+
+impl HttpsClient<()> {
+    /// A builder of a client that trusts `roots`, with hyper-util's default pool (idle
+    /// connections kept 90 s, HTTP/1.1 and HTTP/2 by ALPN) and a connect timeout of 30 s.
+    pub fn builder(roots: RootStore) -> HttpsClientBuilder {
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder.pool_timer(TokioTimer::new());
+        HttpsClientBuilder {
+            stores: Stores {
+                identity: None,
+                roots,
+            },
+            server_name: None,
+            connect_timeout: Some(Duration::from_secs(30)),
+            builder,
+        }
+    }
+}
+
+impl HttpsClientBuilder {
+    /// Presents `identity`'s client certificate at each handshake (none by default).
+    pub fn identity(mut self, identity: IdentityStore) -> Self {
+        self.stores.identity = Some(identity);
+        self
+    }
+
+    /// Verifies servers (and sends SNI) for `name` instead of the host of each request's
+    /// URI: a kubeconfig's `tls-server-name`.
+    pub fn server_name(mut self, name: ServerName<'static>) -> Self {
+        self.server_name = Some(name);
+        self
+    }
+
+    /// How long a TCP connect may take (30 s by default); `None` for no limit.
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// hyper-util's settings for each pool (idle timeout, HTTP/2 only, ...), instead of
+    /// its defaults. A timer for the pool is needed for idle connections to be closed on
+    /// time (`builder.pool_timer(hyper_util::rt::TokioTimer::new())`).
+    pub fn hyper(mut self, builder: Builder) -> Self {
+        self.builder = builder;
+        self
+    }
+
+    /// The client, for request bodies of type `B`.
+    pub fn build<B>(self) -> HttpsClient<B>
+    where
+        B: http_body::Body + Send + 'static + Unpin,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(self.connect_timeout);
+        let tls = HttpsConnectorBuilder::new()
+            .with_tls_config(client_config(
+                &self.stores.roots,
+                self.stores.identity.as_ref(),
+            ))
+            .https_or_http();
+        let tls = match self.server_name {
+            Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
+            None => tls,
+        };
+        let connector = Tagging {
+            inner: tls.enable_all_versions().wrap_connector(http),
+            stores: self.stores.clone(),
+        };
+        let generations = self.stores.generations();
+        let pool = Arc::new(Pool {
+            generations,
+            client: self.builder.build(connector.clone()),
+        });
+        HttpsClient {
+            shared: Arc::new(Shared {
+                stores: self.stores,
+                builder: self.builder,
+                connector,
+                current: Mutex::new(pool.clone()),
+            }),
+            pool,
+        }
+    }
+}
+
+impl<B> Shared<B>
+where
+    B: http_body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// The pool of `generations`, or of newer ones: a new pool when they are newer than
+    /// the current one's.
+    #[cold]
+    fn pool_for(&self, generations: Generations) -> Arc<Pool<B>> {
+        let mut current = lock(&self.current);
+        let newer = generations.identity > current.generations.identity
+            || generations.roots > current.generations.roots;
+        if newer {
+            tracing::debug!(
+                identity = generations.identity,
+                roots = generations.roots,
+                "TLS credentials rotated: later requests go out on new connections"
+            );
+            *current = Arc::new(Pool {
+                generations,
+                client: self.builder.build(self.connector.clone()),
+            });
+        }
+        current.clone()
+    }
+
+    /// The pool of the credentials current now.
+    fn pool_now(&self) -> Arc<Pool<B>> {
+        self.pool_for(self.stores.generations())
+    }
+}
+
+impl<B> HttpsClient<B>
+where
+    B: http_body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// The pool of the credentials current now.
+    fn pool(&mut self) -> &Client<Connector, B> {
+        let now = self.shared.stores.generations();
+        if now != self.pool.generations {
+            self.pool = self.shared.pool_for(now);
+        }
+        &self.pool.client
+    }
+}
+
+impl<B> Service<Request<B>> for HttpsClient<B>
+where
+    B: http_body::Body + TryCloneBody + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Incoming>;
+    type Error = Error;
+    type Future = ResponseFuture<B>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let replay = clone_request(&req);
+        let fut = self.pool().request(req);
+        // The generations of the pool's connections: what a refusal refused.
+        let sent = self.pool.generations;
+        ResponseFuture {
+            state: State::First { fut },
+            shared: self.shared.clone(),
+            sent,
+            replay,
+        }
+    }
+}
+
+/// What came back refused: a 401, or an error.
+enum Refusal {
+    Response(Response<Incoming>),
+    Error(Error),
+}
+
+impl Refusal {
+    fn into_outcome(self) -> Outcome {
+        match self {
+            Refusal::Response(response) => Ok(response),
+            Refusal::Error(error) => Err(error),
+        }
+    }
+}
+
+impl Refused for Refusal {
+    type Body = Either<Incoming, Empty<Bytes>>;
+
+    fn into_body(self) -> Self::Body {
+        match self {
+            Refusal::Response(response) => Either::Left(response.into_body()),
+            Refusal::Error(_) => Either::Right(Empty::new()),
+        }
+    }
+}
+
+type Outcome = Result<Response<Incoming>, Error>;
+
+/// Whether `outcome` is a refusal, whose, and the generations of the connection it came
+/// on when known.
+fn refusal(outcome: &Outcome) -> Option<(Blame, Option<Generations>)> {
+    match outcome {
+        Ok(response) => {
+            let dialled = response.extensions().get::<Dialled>();
+            if let Some(dialled) = dialled {
+                dialled.answered();
+            }
+            (response.status() == StatusCode::UNAUTHORIZED)
+                .then(|| (Blame::Identity, dialled.map(|d| d.generations)))
+        }
+        Err(error) => {
+            let dialled = error.connect_info().and_then(|info| {
+                let mut extensions = http::Extensions::new();
+                info.get_extras(&mut extensions);
+                extensions.remove::<Dialled>()
+            });
+            match (blame(error), dialled) {
+                (Some(blame), dialled) => Some((blame, dialled.map(|d| d.generations))),
+                (None, Some(d)) if d.maybe_refused() => {
+                    Some((Blame::Identity, Some(d.generations)))
+                }
+                (None, _) => None,
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`HttpsClient`]: hyper-util's, and after a refusal the
+    /// reload of the credential refused and, for a request that can be, its second
+    /// sending. Unboxed until a refusal; the reload's wait is boxed.
+    pub struct ResponseFuture<B> {
+        #[pin]
+        state: State,
+        shared: Arc<Shared<B>>,
+        sent: Generations,
+        replay: Option<Request<B>>,
+    }
+}
+
+impl<B> fmt::Debug for ResponseFuture<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("sent", &self.sent)
+            .field("replayable", &self.replay.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State {
+        First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
+        Refused {
+            #[pin]
+            after: AfterRefusal<Refusal, Either<Incoming, Empty<Bytes>>>,
+            store: TokenStore,
+        },
+        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, store: TokenStore },
+    }
+}
+
+impl<B> Shared<B> {
+    /// The store of the credential `blame` points at, and the generation of it the
+    /// request went out with; `None` for a client without an identity.
+    fn refused_store(&self, blame: Blame, sent: Generations) -> Option<(TokenStore, u64)> {
+        match blame {
+            Blame::Identity => self
+                .stores
+                .identity
+                .as_ref()
+                .map(|i| (i.token_store().clone(), sent.identity)),
+            Blame::Roots => Some((self.stores.roots.token_store().clone(), sent.roots)),
+        }
+    }
+}
+
+impl<B> Future for ResponseFuture<B>
+where
+    B: http_body::Body + TryCloneBody + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::First { fut } => {
+                    let outcome = ready!(fut.poll(cx));
+                    let Some((store, sent)) = refusal(&outcome).and_then(|(blame, dialled)| {
+                        this.shared
+                            .refused_store(blame, dialled.unwrap_or(*this.sent))
+                    }) else {
+                        return Poll::Ready(outcome);
+                    };
+                    if this.replay.is_none() {
+                        // Not sent again: the reload starts for the requests that follow.
+                        store.reload_after_unauthorized(sent);
+                        return Poll::Ready(outcome);
+                    }
+                    let refusal = match outcome {
+                        Ok(response) => Refusal::Response(response),
+                        Err(error) => Refusal::Error(error),
+                    };
+                    let after = AfterRefusal::new(store.clone(), sent, refusal);
+                    this.state.set(State::Refused { after, store });
+                }
+                StateProj::Refused { after, store } => {
+                    let replay = &mut *this.replay;
+                    let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
+                    if let Err(refusal) = ready!(after.poll_with(cx, replayable)) {
+                        return Poll::Ready(refusal.into_outcome());
+                    }
+                    let store = store.clone();
+                    let req = this.replay.take().expect("a refusal is retried once");
+                    // The pool of the credentials current now: a connection made with
+                    // the new one.
+                    let fut = this.shared.pool_now().client.request(req);
+                    store.count_retried();
+                    this.state.set(State::Retrying { fut, store });
+                }
+                StateProj::Retrying { fut, store } => {
+                    let outcome = ready!(fut.poll(cx));
+                    store.count_resent(refusal(&outcome).is_some());
+                    return Poll::Ready(outcome);
+                }
+            }
+        }
+    }
+}

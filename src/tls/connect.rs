@@ -1,0 +1,184 @@
+//! The connector under an [`HttpsClient`](super::HttpsClient)'s pools: each connection is
+//! tagged with the credentials' generations it was dialled under, and one whose handshake
+//! ended after they changed is poisoned as it is handed over, so that hyper-util's pool
+//! does not reuse it. Each connection also tells its requests' errors what it was made
+//! with, and whether the server refused it: a request on it may fail with no more than
+//! "channel closed".
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll, ready};
+
+use http::Uri;
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::client::{Generations, Stores};
+use super::refusal::{Blame, blame};
+
+/// Tags the connections of `inner` with the generations of `stores`.
+#[derive(Debug, Clone)]
+pub(crate) struct Tagging<C> {
+    pub(crate) inner: C,
+    pub(crate) stores: Stores,
+}
+
+impl<C: Service<Uri>> Service<Uri> for Tagging<C> {
+    type Response = Tagged<C::Response>;
+    type Error = C::Error;
+    type Future = Dialling<C::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        // Read before the handshake, which reads the credentials after: a connection is
+        // never tagged newer than what it presented.
+        let tag = self.stores.generations();
+        Dialling {
+            fut: self.inner.call(uri),
+            tag,
+            stores: Some(self.stores.clone()),
+        }
+    }
+}
+
+pin_project! {
+    /// A connection being made.
+    pub(crate) struct Dialling<F> {
+        #[pin]
+        fut: F,
+        tag: Generations,
+        stores: Option<Stores>,
+    }
+}
+
+impl<F: Future<Output = Result<T, E>>, T, E> Future for Dialling<F> {
+    type Output = Result<Tagged<T>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let io = ready!(this.fut.poll(cx))?;
+        Poll::Ready(Ok(Tagged {
+            io,
+            dialled: Dialled {
+                generations: *this.tag,
+                state: Arc::default(),
+            },
+            stores: this.stores.take().expect("polled after completion"),
+        }))
+    }
+}
+
+/// What a connection tells about itself, in hyper-util's `Connected::extra` (so in the
+/// errors of requests sent on it, and in their responses' extensions).
+#[derive(Debug, Clone)]
+pub(crate) struct Dialled {
+    /// The generations it was made under.
+    pub(crate) generations: Generations,
+    state: Arc<AtomicU8>,
+}
+
+/// A response came back on it.
+const ANSWERED: u8 = 1;
+/// The server refused the client certificate (an alert read).
+const REFUSED: u8 = 2;
+
+impl Dialled {
+    /// Whether a failure of this connection may be the server refusing its client
+    /// certificate: it read the refusal, or it failed before the server sent anything
+    /// (over TLS 1.3 the refusal comes after the client's handshake, and a request can
+    /// fail writing to the closed connection before it reads the alert).
+    pub(crate) fn maybe_refused(&self) -> bool {
+        // "Answered" is marked from the responses, not from reads: the end of the stream
+        // reads as `Ok` too, and a server that refused may close without an alert.
+        let state = self.state.load(Ordering::Acquire);
+        state & REFUSED != 0 || state & ANSWERED == 0
+    }
+
+    /// A response came back on this connection: it was not refused.
+    pub(crate) fn answered(&self) {
+        if self.state.load(Ordering::Relaxed) & ANSWERED == 0 {
+            self.state.fetch_or(ANSWERED, Ordering::Release);
+        }
+    }
+}
+
+pin_project! {
+    /// A connection and the generations it was dialled under.
+    pub(crate) struct Tagged<T> {
+        #[pin]
+        io: T,
+        dialled: Dialled,
+        stores: Stores,
+    }
+}
+
+impl<T: Connection> Connection for Tagged<T> {
+    fn connected(&self) -> Connected {
+        let connected = self.io.connected().extra(self.dialled.clone());
+        if self.stores.generations() != self.dialled.generations {
+            // Made with credentials that rotated during its handshake: for the request
+            // that dialled it only.
+            connected.poison();
+        }
+        connected
+    }
+}
+
+impl<T: Read> Read for Tagged<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.project();
+        let read = ready!(this.io.poll_read(cx, buf));
+        match &read {
+            // Over TLS 1.3 the server's verdict on the client certificate comes after the
+            // client's handshake, as an alert on the first read; hyper's HTTP/2 connection
+            // then ends, and its requests learn only that the channel closed.
+            Err(e) if blame(e) == Some(Blame::Identity) => {
+                this.dialled.state.fetch_or(REFUSED, Ordering::Release);
+            }
+            _ => {}
+        }
+        Poll::Ready(read)
+    }
+}
+
+impl<T: Write> Write for Tagged<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write_vectored(cx, bufs)
+    }
+}

@@ -1,0 +1,62 @@
+//! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle.
+
+use std::time::SystemTime;
+
+use crate::clock::Rfc3339;
+
+/// Why the bytes a source gave are not a usable client certificate (with its key) or CA
+/// bundle. The store keeps the last good one, and the [`LoadError`](crate::LoadError) that
+/// wraps this one names the source (the path, the command) first.
+///
+/// No message holds key material: a PEM syntax error says what is wrong, never the bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertificateError {
+    /// A PEM section is cut short or garbled: a file read while it was being written, or
+    /// not PEM at all.
+    #[error("the PEM is malformed: {problem}")]
+    Pem {
+        /// What is wrong, without the bytes.
+        problem: &'static str,
+    },
+    /// No `CERTIFICATE` section.
+    #[error("no certificate in the PEM")]
+    NoCertificate,
+    /// No private key section (`PRIVATE KEY`, `RSA PRIVATE KEY`, `EC PRIVATE KEY`).
+    #[error("no private key in the PEM")]
+    NoKey,
+    /// The key's type is not one rustls (ring) can sign with: RSA of at least 2048 bits,
+    /// ECDSA P-256 or P-384, Ed25519.
+    #[error("the private key is of an unsupported type")]
+    UnsupportedKey,
+    /// The private key is not the certificate's: read in the middle of a rotation (a new
+    /// certificate beside the old key), or two files that do not belong together.
+    #[error("the private key does not match the certificate")]
+    KeyMismatch,
+    /// The certificate's validity ended.
+    #[error("the certificate expired at {}", Rfc3339(*not_after))]
+    Expired {
+        /// Its `notAfter`.
+        not_after: SystemTime,
+    },
+    /// A certificate that does not parse as X.509, or that rustls refuses as a root.
+    #[error("a certificate is invalid: {reason}")]
+    Invalid {
+        /// The parser's reason.
+        reason: String,
+    },
+}
+
+impl From<rustls::pki_types::pem::Error> for CertificateError {
+    fn from(e: rustls::pki_types::pem::Error) -> Self {
+        use rustls::pki_types::pem::Error as E;
+        let problem = match e {
+            E::MissingSectionEnd { .. } => "a section has no END line (a half-written file?)",
+            E::IllegalSectionStart { .. } => "a section's BEGIN line is malformed",
+            E::Base64Decode(_) => "a section's base64 does not decode",
+            E::SectionTooLarge => "a section is too large",
+            _ => "it cannot be read",
+        };
+        CertificateError::Pem { problem }
+    }
+}

@@ -1,0 +1,238 @@
+//! [`IdentityStore`]: the client certificate and key a client presents, and the rustls
+//! resolver that always answers with the current one.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use rustls::client::ResolvesClientCert;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::sign::CertifiedKey;
+use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
+use tokio::sync::watch;
+
+use super::source::{Parse, Parsed, digest};
+use super::watched::{Shows, Watched};
+use super::{Certificate, CertificateError, CertificateStatus};
+use crate::builder::StoreBuilder;
+use crate::source::TokenSource;
+use crate::source::exec::ExecSource;
+use crate::store::{Credential, LoadError, TokenStore};
+
+/// A parsed client identity: the chain and key rustls signs with, and the certificates'
+/// facts.
+pub(crate) struct Identity {
+    key: Arc<CertifiedKey>,
+    chain: Vec<Certificate>,
+}
+
+impl Identity {
+    fn leaf(&self) -> &Certificate {
+        &self.chain[0]
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "client certificate {}", self.leaf())
+    }
+}
+
+impl Shows for Identity {
+    fn certificates(&self) -> Vec<Certificate> {
+        self.chain.clone()
+    }
+
+    fn is_expired_at(&self, now: SystemTime) -> bool {
+        self.leaf().is_expired_at(now)
+    }
+}
+
+impl Parse for Identity {
+    const CREDENTIAL: Credential = Credential::ClientCertificate;
+
+    /// The certificates in order (leaf first) and the first private key, from any PEM
+    /// that holds both, in any order; refused when the key is not the leaf's, or the leaf
+    /// has expired.
+    fn parse(pem: &[u8], now: SystemTime) -> Result<Parsed<Self>, CertificateError> {
+        let chain = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
+        if chain.is_empty() {
+            return Err(CertificateError::NoCertificate);
+        }
+        let key = match PrivateKeyDer::from_pem_slice(pem) {
+            Ok(key) => key,
+            Err(rustls::pki_types::pem::Error::NoItemsFound) => {
+                return Err(CertificateError::NoKey);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let signer = rustls::crypto::ring::default_provider()
+            .key_provider
+            .load_private_key(key)
+            .map_err(|_| CertificateError::UnsupportedKey)?;
+        let infos = chain
+            .iter()
+            .map(Certificate::from_der)
+            .collect::<Result<Vec<_>, _>>()?;
+        let digest = digest(chain.iter().map(|c| c.as_ref()));
+        let key = CertifiedKey::new(chain, signer);
+        match key.keys_match() {
+            Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+            Err(_) => return Err(CertificateError::KeyMismatch),
+        }
+        let not_after = infos[0].not_after;
+        if infos[0].is_expired_at(now) {
+            return Err(CertificateError::Expired { not_after });
+        }
+        Ok(Parsed {
+            value: Identity {
+                key: Arc::new(key),
+                chain: infos,
+            },
+            digest,
+            expires_at: Some(not_after),
+        })
+    }
+}
+
+/// The client certificate (and key) a client presents, kept current as it rotates.
+///
+/// Built like a token store, with the same options ([`StoreBuilder`]), on any source of
+/// PEM that holds the certificate chain and its key: one file holding both (the kubelet's
+/// `kubelet-client-current.pem`: a [`FileSource`](crate::source::FileSource)), two files
+/// ([`PemFiles`](super::PemFiles)), an exec plugin's `clientCertificateData` and
+/// `clientKeyData` ([`exec`](Self::exec)), or a source of your own. Each read is checked:
+/// the PEM parses, the key is of a type rustls signs with, the key is the certificate's
+/// (a read between the writes of a certificate and its key is refused), and the
+/// certificate has not expired; a read that fails any of these keeps the last good
+/// identity, and the error names the source. The store reads again before `notAfter`
+/// (by a tenth of the certificate's remaining life, at least a minute, with a jitter),
+/// on every change of the files, and when a server refuses the identity.
+///
+/// [`resolver`](Self::resolver) puts it in a rustls `ClientConfig`; an
+/// [`HttpsClient`](super::HttpsClient) also retires the connections made with the old one.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use bearer_reload::source::FileSource;
+/// use bearer_reload::tls::IdentityStore;
+///
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("kubelet-client-current.pem");
+/// # let key = rcgen::KeyPair::generate()?;
+/// # let cert = rcgen::CertificateParams::new(vec!["node-1".into()])?.self_signed(&key)?;
+/// # std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem()))?;
+/// let identity = IdentityStore::builder(FileSource::new(&path)).load().await?;
+/// println!("presenting {}", identity.certificate().subject);
+/// let config = rustls::ClientConfig::builder_with_provider(
+///     rustls::crypto::ring::default_provider().into(),
+/// )
+/// .with_safe_default_protocol_versions()?
+/// .with_root_certificates(rustls::RootCertStore::empty())
+/// .with_client_cert_resolver(identity.resolver());
+/// # let _ = config; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct IdentityStore {
+    watched: Watched<Identity>,
+}
+
+impl fmt::Debug for IdentityStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdentityStore")
+            .field("source", &self.watched.store().status().source)
+            .field("certificate", self.watched.current().leaf())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdentityStore {
+    /// A builder of the store on `source`, whose bytes are PEM holding the certificate
+    /// chain and its private key.
+    pub fn builder(source: impl TokenSource) -> StoreBuilder<IdentityStore> {
+        Watched::<Identity>::builder(source, Self::from_store)
+    }
+
+    /// A builder of the store on an exec credential plugin that returns a client
+    /// certificate (`status.clientCertificateData` and `status.clientKeyData`); its
+    /// `expirationTimestamp`, when earlier than the certificate's `notAfter`, is the
+    /// identity's expiry.
+    pub fn exec(plugin: ExecSource) -> StoreBuilder<IdentityStore> {
+        Self::builder(plugin.client_certificate())
+    }
+
+    fn from_store(store: TokenStore) -> Self {
+        Self {
+            watched: Watched::new(store),
+        }
+    }
+
+    /// The certificate presented now (the chain's first).
+    pub fn certificate(&self) -> Certificate {
+        self.watched.current().leaf().clone()
+    }
+
+    /// The identity's generation: 1 for the first, one more for each new certificate.
+    pub fn generation(&self) -> u64 {
+        self.watched.store().generation()
+    }
+
+    /// A receiver of generation numbers, updated each time a new identity is installed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.watched.store().subscribe()
+    }
+
+    /// Reads the source again, and installs the identity if it is valid and new; returns
+    /// the certificate presented after the read. On failure the last good identity stays.
+    pub async fn reload(&self) -> Result<Certificate, LoadError> {
+        Ok(self.watched.reload().await?.leaf().clone())
+    }
+
+    /// A snapshot of the store's state: the certificate's subject, issuer, dates and
+    /// fingerprint, never its key.
+    pub fn status(&self) -> CertificateStatus {
+        self.watched.status()
+    }
+
+    /// A rustls client-certificate resolver that answers every handshake with the current
+    /// identity.
+    ///
+    /// A resumed TLS session skips the client certificate: a session made with the old
+    /// identity would go on presenting it. Turn resumption off in a `ClientConfig` that
+    /// uses this resolver (`config.resumption = rustls::client::Resumption::disabled()`),
+    /// as [`client_config`](super::client_config) does.
+    pub fn resolver(&self) -> Arc<dyn ResolvesClientCert> {
+        Arc::new(Resolver(self.clone()))
+    }
+
+    /// The chain and key presented now.
+    pub(crate) fn certified_key(&self) -> Arc<CertifiedKey> {
+        self.watched.current().key.clone()
+    }
+
+    pub(crate) fn token_store(&self) -> &TokenStore {
+        self.watched.store()
+    }
+}
+
+/// Answers with the current identity.
+#[derive(Debug)]
+struct Resolver(IdentityStore);
+
+impl ResolvesClientCert for Resolver {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.certified_key())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

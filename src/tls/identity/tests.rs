@@ -1,0 +1,220 @@
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::source::{FileSource, FnSource};
+use crate::test_support::pki::{Ca, Issued};
+use crate::test_support::writers;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn parse(pem: &str) -> Result<Parsed<Identity>, CertificateError> {
+    Identity::parse(pem.as_bytes(), SystemTime::now())
+}
+
+#[test]
+fn a_certificate_and_its_key_parse_in_either_order_with_the_certificates_facts() {
+    let ca = Ca::new("kubernetes");
+    let node = ca.client("system:node:n1", HOUR);
+    for pem in [
+        node.combined(),
+        format!("{}{}", node.key_pem, node.cert_pem),
+    ] {
+        let parsed = parse(&pem).unwrap();
+        let leaf = parsed.value.leaf();
+        assert_eq!(leaf.subject, "CN=system:node:n1, O=system:nodes");
+        assert_eq!(leaf.issuer, "CN=kubernetes");
+        assert_eq!(leaf.fingerprint, node.fingerprint());
+        assert_eq!(parsed.expires_at, Some(leaf.not_after));
+        let life = leaf.not_after.duration_since(leaf.not_before).unwrap();
+        assert_eq!(life.as_secs(), HOUR.as_secs() + 60);
+    }
+    // The same pair read twice is the same identity; another certificate is another.
+    let again = parse(&node.combined()).unwrap();
+    assert_eq!(again.digest, parse(&node.combined()).unwrap().digest);
+    let other = ca.client("system:node:n1", HOUR);
+    assert_ne!(again.digest, parse(&other.combined()).unwrap().digest);
+}
+
+#[test]
+fn a_chain_keeps_its_order_and_the_leaf_is_the_one_presented() {
+    let root = Ca::new("root");
+    let leaf = root.client("leaf", HOUR);
+    let pem = format!("{}{}{}", leaf.cert_pem, root.pem(), leaf.key_pem);
+    let parsed = parse(&pem).unwrap();
+    let subjects: Vec<_> = parsed
+        .value
+        .certificates()
+        .into_iter()
+        .map(|c| c.subject)
+        .collect();
+    assert_eq!(subjects, ["CN=leaf, O=system:nodes", "CN=root"]);
+    assert_eq!(parsed.value.key.cert.len(), 2);
+}
+
+#[test]
+fn each_bad_read_is_refused_with_what_is_wrong_and_no_key_material() {
+    let ca = Ca::new("kubernetes");
+    let node = ca.client("n1", HOUR);
+    let next = ca.client("n1", HOUR);
+    let half = &node.combined()[..node.cert_pem.len() + node.key_pem.len() / 2];
+    let expired = ca.client_valid("n1", SystemTime::now() - 2 * HOUR, SystemTime::now() - HOUR);
+    type Check = fn(&CertificateError) -> bool;
+    let cases: Vec<(String, Check)> = vec![
+        // The new certificate beside the old key: a read in the middle of a rotation.
+        (format!("{}{}", next.cert_pem, node.key_pem), |e| {
+            *e == CertificateError::KeyMismatch
+        }),
+        (half.to_owned(), |e| {
+            matches!(e, CertificateError::Pem { .. })
+        }),
+        (node.cert_pem.clone(), |e| *e == CertificateError::NoKey),
+        (node.key_pem.clone(), |e| {
+            *e == CertificateError::NoCertificate
+        }),
+        (String::new(), |e| *e == CertificateError::NoCertificate),
+        (expired.combined(), |e| {
+            matches!(e, CertificateError::Expired { .. })
+        }),
+        (format!("{}{}", node.cert_pem, rsa_1024_pem()), |e| {
+            *e == CertificateError::UnsupportedKey
+        }),
+    ];
+    for (pem, want) in cases {
+        let err = parse(&pem).err().expect("refused");
+        assert!(want(&err), "{err:?}");
+        let shown = format!("{err} {err:?}");
+        for line in node.key_pem.lines().filter(|l| !l.starts_with("-----")) {
+            assert!(!shown.contains(line), "{shown}");
+        }
+    }
+    let err = parse(&expired.combined()).err().unwrap();
+    assert!(
+        err.to_string().starts_with("the certificate expired at 20"),
+        "{err}"
+    );
+}
+
+/// An RSA key ring does not sign with (under 2048 bits).
+fn rsa_1024_pem() -> String {
+    use rsa::pkcs8::EncodePrivateKey;
+    let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 1024).unwrap();
+    key.to_pkcs8_pem(rsa::pkcs8::LineEnding::LF)
+        .unwrap()
+        .to_string()
+}
+
+fn write(path: &std::path::Path, issued: &Issued) {
+    writers::rename_over(path, issued.combined()).unwrap();
+}
+
+#[tokio::test]
+async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("client.pem");
+    let ca = Ca::new("kubernetes");
+    let first = ca.client("n1", HOUR);
+    write(&path, &first);
+    let store = IdentityStore::builder(FileSource::new(&path))
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    assert_eq!(store.generation(), 1);
+    assert_eq!(store.certificate().fingerprint, first.fingerprint());
+    assert_eq!(
+        store.status().certificates[0].fingerprint,
+        first.fingerprint()
+    );
+
+    let second = ca.client("n1", HOUR);
+    write(&path, &second);
+    assert_eq!(
+        store.reload().await.unwrap().fingerprint,
+        second.fingerprint()
+    );
+    assert_eq!(store.generation(), 2);
+    // Read again unchanged: no rotation.
+    store.reload().await.unwrap();
+    assert_eq!(store.generation(), 2);
+
+    // A half-written file, a mismatched pair, a directory in its place: refused, the last
+    // good identity stays, and the error names the path and the problem.
+    let mismatched = format!("{}{}", ca.client("n1", HOUR).cert_pem, second.key_pem);
+    for (bytes, problem) in [
+        (second.combined()[..100].to_owned(), "the PEM is malformed"),
+        (mismatched, "the private key does not match the certificate"),
+    ] {
+        writers::rename_over(&path, bytes).unwrap();
+        let err = store.reload().await.unwrap_err();
+        let chain = crate::store::Chain(&err).to_string();
+        let want = format!(
+            "cannot fetch a client certificate from file {}: {problem}",
+            path.display()
+        );
+        assert!(chain.starts_with(&want), "{chain}");
+        assert_eq!(store.certificate().fingerprint, second.fingerprint());
+        assert_eq!(store.generation(), 2);
+        let status = store.status();
+        assert!(status.last_error.is_some());
+        assert!(!status.expired);
+    }
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let err = store.reload().await.unwrap_err();
+    let chain = crate::store::Chain(&err).to_string();
+    assert!(chain.contains("the path is a directory"), "{chain}");
+    assert_eq!(store.certificate().fingerprint, second.fingerprint());
+}
+
+#[tokio::test]
+async fn the_debug_and_the_status_hold_no_key() {
+    let ca = Ca::new("kubernetes");
+    let node = ca.client("n1", HOUR);
+    let pem = node.combined();
+    let source = FnSource::new("pem", move || {
+        let pem = pem.clone();
+        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+    });
+    let store = IdentityStore::builder(source).load().await.unwrap();
+    let shown = format!(
+        "{store:?} {:?} {}",
+        store.status(),
+        store.token_store().current()
+    );
+    assert!(shown.contains("CN=n1"), "{shown}");
+    for line in node.key_pem.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(!shown.contains(line), "{shown}");
+    }
+}
+
+#[tokio::test]
+async fn the_resolver_answers_with_the_current_identity() {
+    let ca = Ca::new("kubernetes");
+    let pems = Arc::new(std::sync::Mutex::new(ca.client("n1", HOUR)));
+    let source = {
+        let pems = pems.clone();
+        FnSource::new("pem", move || {
+            let pem = pems.lock().unwrap().combined();
+            async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+        })
+    };
+    let store = IdentityStore::builder(source)
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let resolver = store.resolver();
+    let presented = |r: &Arc<dyn ResolvesClientCert>| {
+        let key = r
+            .resolve(&[], &[SignatureScheme::ECDSA_NISTP256_SHA256])
+            .unwrap();
+        crate::test_support::pki::fingerprint(key.end_entity_cert().unwrap())
+    };
+    assert_eq!(presented(&resolver), pems.lock().unwrap().fingerprint());
+    let next = ca.client("n1", HOUR);
+    *pems.lock().unwrap() = next.clone();
+    store.reload().await.unwrap();
+    assert_eq!(presented(&resolver), next.fingerprint());
+    assert!(resolver.has_certs());
+}

@@ -1,0 +1,121 @@
+//! Client certificates and CA bundles that rotate (feature `tls`): the credential beside
+//! the token, on the same machinery.
+//!
+//! A Kubernetes client holds two credentials: a bearer token, and TLS — the client
+//! certificate it presents (the kubelet's `kubelet-client-current.pem`, cert-manager's
+//! `tls.crt`/`tls.key`, a kubeconfig's `client-certificate`, an exec plugin's
+//! `clientCertificateData`) and the CA bundle it trusts (the in-cluster `ca.crt`, a
+//! kubeconfig's `certificate-authority`). Both rotate. Here each is a store built like a
+//! token store, with the same builder and options ([`StoreBuilder`](crate::StoreBuilder)):
+//! the directory watcher (symlink chains, `..data` swaps, one inotify instance per
+//! process), the timer (before the certificate's `notAfter`, with the token's margin and
+//! jitter), single flight, keep-last-good, status and metrics.
+//!
+//! - [`IdentityStore`]: the certificate chain and key, each read checked (PEM, key type,
+//!   the key is the certificate's, not expired); [`IdentityStore::resolver`] is a rustls
+//!   `ResolvesClientCert` that answers each handshake with the current one.
+//! - [`RootStore`]: the CA bundle; [`RootStore::verifier`] is a rustls
+//!   `ServerCertVerifier` over the current one.
+//! - [`PemFiles`]: a certificate and its key in two files (one file holding both is a
+//!   [`FileSource`](crate::source::FileSource)).
+//! - [`client_config`]: a rustls `ClientConfig` with both, and session resumption off.
+//! - [`HttpsClient`]: a hyper-util client with both, that retires its connections on
+//!   rotation and reloads (and retries) on a refusal.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use bearer_reload::source::FileSource;
+//! use bearer_reload::tls::{HttpsClient, IdentityStore, PemFiles, RootStore};
+//! use bearer_reload::{BearerLayer, TokenStore};
+//! use http_body_util::Empty;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! // cert-manager's Secret in a projected volume, and the cluster's CA.
+//! let identity = IdentityStore::builder(PemFiles::new("/tls/tls.crt", "/tls/tls.key"))
+//!     .load()
+//!     .await?;
+//! let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+//! let roots = RootStore::builder(FileSource::new(format!("{sa}/ca.crt"))).load().await?;
+//! let token = TokenStore::builder(FileSource::new(format!("{sa}/token"))).load().await?;
+//!
+//! let https = HttpsClient::builder(roots).identity(identity.clone()).build();
+//! let client = ServiceBuilder::new()
+//!     .layer(BearerLayer::new(token).retry_unauthorized())
+//!     .service(https);
+//! let response = client
+//!     .oneshot(http::Request::get("https://kubernetes.default.svc/version").body(Empty::<bytes::Bytes>::new())?)
+//!     .await?;
+//! println!("{} as {}", response.status(), identity.status().certificates[0].subject);
+//! # Ok(()) }
+//! ```
+//!
+//! # Connections retired on rotation
+//!
+//! A TLS connection keeps the identity it was made with: rotating the resolver's answer
+//! changes only the connections made next, while a pool goes on reusing the old ones
+//! (until they idle out, or the server refuses them). An [`HttpsClient`] retires them: a
+//! request that starts after its identity or bundle rotated never goes out on a
+//! connection made before, and requests already in flight finish where they are. Each
+//! generation of the credentials gets a hyper-util pool of its own (hyper-util cannot be
+//! told to drop a pooled connection after the fact), and a connection whose handshake
+//! straddles a rotation is poisoned (`Connected::poison`) as the connector hands it over.
+//!
+//! Pools this crate does not own keep their connections:
+//!
+//! - **reqwest**: give it [`client_config`] with `ClientBuilder::use_preconfigured_tls`
+//!   (set `alpn_protocols` for HTTP/2): new connections present the new identity, but idle
+//!   ones are reused until `pool_idle_timeout` (90 s by default); to bound that, set it
+//!   shorter, or `pool_max_idle_per_host(0)` to reuse none.
+//! - **tonic**: a `Channel` holds one HTTP/2 connection and reconnects only when it breaks.
+//!   Give `Endpoint::connect_with_connector` an `hyper_rustls::HttpsConnector` built on
+//!   [`client_config`] (new connections use the current credentials), and to retire the
+//!   old one build a new `Channel` when [`IdentityStore::subscribe`] says the identity
+//!   changed; the old channel's calls finish on the old connection.
+//!
+//! # Session resumption
+//!
+//! A resumed TLS session skips both the client certificate and the server's verification:
+//! a session ticket from before a rotation would let the old identity, or roots no longer
+//! trusted, survive it. [`client_config`] turns resumption off, so that every connection
+//! makes a full handshake with the credentials current at that moment; a `ClientConfig`
+//! of your own that uses the resolver or the verifier should do the same.
+
+mod certificate;
+mod client;
+mod connect;
+mod error;
+mod identity;
+mod refusal;
+mod roots;
+mod source;
+mod status;
+mod watched;
+
+use std::sync::Arc;
+
+pub use certificate::Certificate;
+pub use client::{HttpsClient, HttpsClientBuilder, ResponseFuture};
+pub use error::CertificateError;
+pub use identity::IdentityStore;
+pub use roots::RootStore;
+pub use source::PemFiles;
+pub use status::CertificateStatus;
+
+/// A rustls `ClientConfig` (ring) that verifies servers with `roots`' current CA bundle,
+/// presents `identity`'s current client certificate (none when `None`), and resumes no
+/// session (see [Session resumption](self#session-resumption)). TLS 1.2 and 1.3; no ALPN
+/// protocols (hyper-rustls sets its own; set `alpn_protocols` for another client).
+pub fn client_config(roots: &RootStore, identity: Option<&IdentityStore>) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(roots.verifier());
+    let mut config = match identity {
+        Some(identity) => builder.with_client_cert_resolver(identity.resolver()),
+        None => builder.with_no_client_auth(),
+    };
+    config.resumption = rustls::client::Resumption::disabled();
+    config
+}

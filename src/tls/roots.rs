@@ -1,0 +1,234 @@
+//! [`RootStore`]: the CA bundle a client trusts, and the rustls verifier that checks each
+//! server against the current one.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
+use rustls::{DigitallySignedStruct, Error as TlsError, RootCertStore, SignatureScheme};
+use tokio::sync::watch;
+
+use super::source::{Parse, Parsed, digest};
+use super::watched::{Shows, Watched};
+use super::{Certificate, CertificateError, CertificateStatus};
+use crate::builder::StoreBuilder;
+use crate::source::TokenSource;
+use crate::store::{Credential, LoadError, TokenStore};
+
+/// A parsed CA bundle: rustls's verifier over it, and the authorities' facts.
+pub(crate) struct Roots {
+    verifier: Arc<WebPkiServerVerifier>,
+    certificates: Vec<Certificate>,
+}
+
+impl fmt::Display for Roots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CA bundle of {}", self.certificates.len())?;
+        match self.certificates.as_slice() {
+            [one] => write!(f, " certificate: {one}"),
+            _ => write!(f, " certificates"),
+        }
+    }
+}
+
+impl Shows for Roots {
+    fn certificates(&self) -> Vec<Certificate> {
+        self.certificates.clone()
+    }
+
+    fn is_expired_at(&self, now: SystemTime) -> bool {
+        self.certificates.iter().all(|c| c.is_expired_at(now))
+    }
+}
+
+impl Parse for Roots {
+    const CREDENTIAL: Credential = Credential::CaBundle;
+
+    /// Every certificate of the PEM, each a trust anchor. Authorities that have expired
+    /// stay in (a system bundle holds some; rustls ignores them), and give no expiry: the
+    /// bundle is read again on each change and by the timer.
+    fn parse(pem: &[u8], _now: SystemTime) -> Result<Parsed<Self>, CertificateError> {
+        let certs = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
+        if certs.is_empty() {
+            return Err(CertificateError::NoCertificate);
+        }
+        let certificates = certs
+            .iter()
+            .map(Certificate::from_der)
+            .collect::<Result<Vec<_>, _>>()?;
+        let digest = digest(certs.iter().map(|c| c.as_ref()));
+        let mut roots = RootCertStore::empty();
+        for cert in certs {
+            roots.add(cert).map_err(|e| CertificateError::Invalid {
+                reason: e.to_string(),
+            })?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| CertificateError::Invalid {
+                reason: e.to_string(),
+            })?;
+        Ok(Parsed {
+            value: Roots {
+                verifier,
+                certificates,
+            },
+            digest,
+            expires_at: None,
+        })
+    }
+}
+
+/// The CA bundle a client trusts, kept current as it rotates: the in-cluster `ca.crt`
+/// (in the same projected volume as the token, and swapped the same way), a kubeconfig's
+/// `certificate-authority` file, or a source of your own.
+///
+/// Built like a token store, with the same options ([`StoreBuilder`]), on any source of
+/// PEM certificates: usually a [`FileSource`](crate::source::FileSource). A read that
+/// does not parse (a half-written file, no certificate at all) keeps the last good
+/// bundle, and the error names the source. [`verifier`](Self::verifier) checks each
+/// server against the bundle current at its handshake, by rustls's WebPKI rules.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use bearer_reload::source::FileSource;
+/// use bearer_reload::tls::RootStore;
+///
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("ca.crt");
+/// # let key = rcgen::KeyPair::generate()?;
+/// # let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
+/// # ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+/// # std::fs::write(&path, ca.self_signed(&key)?.pem())?;
+/// let roots = RootStore::builder(FileSource::new(&path)).load().await?;
+/// assert_eq!(roots.certificates().len(), 1);
+/// let config = rustls::ClientConfig::builder_with_provider(
+///     rustls::crypto::ring::default_provider().into(),
+/// )
+/// .with_safe_default_protocol_versions()?
+/// .dangerous() // a verifier of the crate's own, over rustls's WebPKI verifier
+/// .with_custom_certificate_verifier(roots.verifier())
+/// .with_no_client_auth();
+/// # let _ = config; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RootStore {
+    watched: Watched<Roots>,
+}
+
+impl fmt::Debug for RootStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RootStore")
+            .field("source", &self.watched.store().status().source)
+            .field("certificates", &self.watched.current().certificates)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RootStore {
+    /// A builder of the store on `source`, whose bytes are PEM certificates.
+    pub fn builder(source: impl TokenSource) -> StoreBuilder<RootStore> {
+        Watched::<Roots>::builder(source, Self::from_store)
+    }
+
+    fn from_store(store: TokenStore) -> Self {
+        Self {
+            watched: Watched::new(store),
+        }
+    }
+
+    /// The authorities trusted now.
+    pub fn certificates(&self) -> Vec<Certificate> {
+        self.watched.current().certificates.clone()
+    }
+
+    /// The bundle's generation: 1 for the first, one more for each new bundle.
+    pub fn generation(&self) -> u64 {
+        self.watched.store().generation()
+    }
+
+    /// A receiver of generation numbers, updated each time a new bundle is installed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.watched.store().subscribe()
+    }
+
+    /// Reads the source again, and installs the bundle if it is valid and new; returns
+    /// the authorities trusted after the read. On failure the last good bundle stays.
+    pub async fn reload(&self) -> Result<Vec<Certificate>, LoadError> {
+        Ok(self.watched.reload().await?.certificates.clone())
+    }
+
+    /// A snapshot of the store's state: each authority's subject, dates and fingerprint.
+    pub fn status(&self) -> CertificateStatus {
+        self.watched.status()
+    }
+
+    /// A rustls server-certificate verifier that checks each handshake against the
+    /// current bundle (rustls's `WebPkiServerVerifier`, one per bundle).
+    pub fn verifier(&self) -> Arc<dyn ServerCertVerifier> {
+        Arc::new(Verifier(self.clone()))
+    }
+
+    pub(crate) fn token_store(&self) -> &TokenStore {
+        self.watched.store()
+    }
+}
+
+/// Verifies with the current bundle's verifier.
+#[derive(Debug)]
+struct Verifier(RootStore);
+
+impl Verifier {
+    fn current(&self) -> Arc<WebPkiServerVerifier> {
+        self.0.watched.current().verifier.clone()
+    }
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, TlsError> {
+        self.current().verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, TlsError> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, TlsError> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests;

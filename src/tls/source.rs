@@ -1,0 +1,173 @@
+//! Where PEM comes from: [`PemFiles`] (a certificate and its key in two files), and the
+//! wrapper that turns any source's PEM into a parsed credential for the store.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use super::CertificateError;
+use crate::source::{BoxError, FetchContext, Fetched, FileError, FileSource, TokenSource};
+use crate::store::Credential;
+
+/// A client certificate (with its chain) and its private key in two PEM files: a
+/// kubeconfig's `client-certificate` and `client-key`, cert-manager's `tls.crt` and
+/// `tls.key`. Both are watched, and read one after the other at each fetch.
+///
+/// A read between the writes of the two files (the new certificate beside the old key)
+/// is refused by the key check ([`CertificateError::KeyMismatch`]), the last good identity
+/// stays, and the watcher's retries (or the second file's event) read the pair again. A
+/// kubelet's `kubelet-client-current.pem`, which holds both, is one
+/// [`FileSource`](crate::source::FileSource).
+#[derive(Debug, Clone)]
+pub struct PemFiles {
+    paths: [PathBuf; 2],
+    cert: FileSource,
+    key: FileSource,
+}
+
+impl PemFiles {
+    /// The certificate at `cert` and the key at `key`.
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        let (cert, key) = (cert.into(), key.into());
+        Self {
+            cert: FileSource::new(&cert),
+            key: FileSource::new(&key),
+            paths: [cert, key],
+        }
+    }
+}
+
+/// A read of one of the two files that failed, and which.
+#[derive(Debug, thiserror::Error)]
+#[error("{part} {}", path.display())]
+struct PartError {
+    part: &'static str,
+    path: PathBuf,
+    #[source]
+    source: FileError,
+}
+
+impl TokenSource for PemFiles {
+    type Error = BoxError;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
+        let part = |part, path: &PathBuf| {
+            let path = path.clone();
+            move |source| PartError { part, path, source }
+        };
+        let cert = self
+            .cert
+            .fetch(cx)
+            .await
+            .map_err(part("certificate", &self.paths[0]))?;
+        let key = self
+            .key
+            .fetch(cx)
+            .await
+            .map_err(part("key", &self.paths[1]))?;
+        let mut pem = cert.bytes().to_vec();
+        pem.push(b'\n');
+        pem.extend_from_slice(key.bytes());
+        Ok(Fetched::new(pem))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "certificate {} and key {}",
+            self.paths[0].display(),
+            self.paths[1].display()
+        )
+    }
+
+    fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    fn default_refresh_interval(&self) -> Option<Duration> {
+        self.cert.default_refresh_interval()
+    }
+}
+
+/// A credential parsed from PEM, and what the store needs of it.
+pub(crate) struct Parsed<T> {
+    pub(crate) value: T,
+    /// The SHA-256 of every certificate's DER, in order: the same for the same credential.
+    pub(crate) digest: [u8; 32],
+    /// When the credential stops being valid.
+    pub(crate) expires_at: Option<SystemTime>,
+}
+
+/// A credential that PEM bytes parse into.
+pub(crate) trait Parse: fmt::Display + Send + Sync + Sized + 'static {
+    /// What it is, for the store's errors.
+    const CREDENTIAL: Credential;
+
+    fn parse(pem: &[u8], now: SystemTime) -> Result<Parsed<Self>, CertificateError>;
+}
+
+/// The SHA-256 of the DER of `certs`, one after the other.
+pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for der in certs {
+        hash.update((der.len() as u64).to_be_bytes());
+        hash.update(der);
+    }
+    hash.finalize().into()
+}
+
+/// `S`'s PEM parsed into a `T`, as the store's source: the store holds a placeholder token
+/// (the credential's digest, in hex), with the parsed credential beside it, installed
+/// together; the same credential read again is no rotation. The expiry is the earlier of
+/// the source's and the credential's.
+pub(crate) struct PemSource<S, T> {
+    inner: S,
+    parsed: PhantomData<fn() -> T>,
+}
+
+impl<S, T> PemSource<S, T> {
+    pub(crate) fn new(inner: S) -> Self {
+        Self {
+            inner,
+            parsed: PhantomData,
+        }
+    }
+}
+
+impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
+    type Error = BoxError;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
+        let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
+        let parsed = T::parse(fetched.bytes(), cx.now())?;
+        let placeholder: String = parsed.digest.iter().map(|b| format!("{b:02x}")).collect();
+        let expires_at = match (fetched.expires_at(), parsed.expires_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let out = Fetched::new(placeholder).with_attached(Arc::new(parsed.value));
+        Ok(match expires_at {
+            Some(at) => out.with_expires_at(at),
+            None => out,
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn paths(&self) -> &[PathBuf] {
+        self.inner.paths()
+    }
+
+    fn default_refresh_interval(&self) -> Option<Duration> {
+        self.inner.default_refresh_interval()
+    }
+
+    fn default_fetch_timeout(&self) -> Duration {
+        self.inner.default_fetch_timeout()
+    }
+}

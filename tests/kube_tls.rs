@@ -1,0 +1,157 @@
+//! `bearer_reload::kube` for users whose credential is a client certificate (feature
+//! `tls`): kubeconfig `client-certificate`/`client-key` files, and an exec plugin that
+//! returns `clientCertificateData`, against an HTTPS server that requires client
+//! certificates and refuses the old one at each rotation.
+
+mod support;
+
+use std::path::Path;
+
+use bearer_reload::kube::{Credentials, client, client_with};
+use bearer_reload::testing::ProjectedTokenDir;
+use http::StatusCode;
+use kube::client::Body;
+use serde_json::json;
+use support::exec_plugin::{API_VERSION, Plugin};
+use support::mtls::{MtlsServer, PRESENTED};
+use support::pki::{Ca, Issued};
+
+const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A kubeconfig for `server` whose user is `user` (YAML), its CA in a file beside it.
+fn kubeconfig(
+    dir: &Path,
+    ca: &Ca,
+    server: &MtlsServer,
+    user: serde_json::Value,
+) -> std::path::PathBuf {
+    let ca_path = dir.join("ca.crt");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let doc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {
+            "server": server.url(""),
+            "certificate-authority": ca_path,
+        }}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    });
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+/// What [`bearer_reload::kube::infer`] makes of the kubeconfig: kube's config and its CA
+/// file as `root_cert_file`.
+async fn config(path: &Path, dir: &Path) -> kube::Config {
+    let mut config = support::kube_config(path).await;
+    config.root_cert_file = Some(dir.join("ca.crt"));
+    config
+}
+
+/// A GET through `client`: the status and the fingerprint of the certificate it arrived
+/// with.
+async fn get(client: &kube::Client) -> (StatusCode, String) {
+    let request = http::Request::get("/").body(Body::empty()).unwrap();
+    let response = client.send(request).await.unwrap();
+    let presented = response.headers()[PRESENTED].to_str().unwrap().to_owned();
+    (response.status(), presented)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_users_certificate_files_rotate_under_the_same_client() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let first = ca.client("jane", HOUR);
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    let write = |issued: &Issued| {
+        volume
+            .rotate_files(&[
+                ("tls.crt", issued.cert_pem.as_bytes()),
+                ("tls.key", issued.key_pem.as_bytes()),
+            ])
+            .unwrap()
+    };
+    write(&first);
+    let path = kubeconfig(
+        tmp.path(),
+        &ca,
+        &server,
+        json!({
+            "client-certificate": volume.dir().join("tls.crt"),
+            "client-key": volume.dir().join("tls.key"),
+        }),
+    );
+    let client = client(config(&path, tmp.path()).await).await.unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, first.fingerprint()));
+
+    // The server refuses the old certificate the moment the new one is written: the next
+    // request on the client already built arrives with the new one.
+    for _ in 0..3 {
+        let next = ca.client("jane", HOUR);
+        write(&next);
+        server.refuse(&server.arrivals().last().unwrap().fingerprint);
+        assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_plugins_certificate_is_presented_and_reloaded_on_a_refusal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let plugin = Plugin::new();
+    let issue = |issued: &Issued| {
+        let status = json!({
+            "clientCertificateData": issued.cert_pem,
+            "clientKeyData": issued.key_pem,
+        });
+        let doc = json!({"kind": "ExecCredential", "apiVersion": API_VERSION, "status": status});
+        plugin.print(&doc.to_string());
+    };
+    let first = ca.client("jane", HOUR);
+    issue(&first);
+    let path = kubeconfig(
+        tmp.path(),
+        &ca,
+        &server,
+        json!({"exec": {
+            "apiVersion": API_VERSION,
+            "command": plugin.command(),
+            "interactiveMode": "Never",
+        }}),
+    );
+    let config = config(&path, tmp.path()).await;
+    let credentials = Credentials::load(&config).await.unwrap();
+    let client = client_with(config, credentials).unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, first.fingerprint()));
+    // Once while loading: kube never ran it (it would, while building its client).
+    assert_eq!(plugin.runs(), 1);
+
+    let next = ca.client("jane", HOUR);
+    issue(&next);
+    server.refuse(&first.fingerprint());
+    assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
+    assert_eq!(plugin.runs(), 2, "one run for the refusal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_without_a_bundle_is_an_error_that_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let pem = tmp.path().join("client.pem");
+    std::fs::write(&pem, ca.client("jane", HOUR).combined()).unwrap();
+    let identity =
+        bearer_reload::tls::IdentityStore::builder(bearer_reload::source::FileSource::new(&pem))
+            .load()
+            .await
+            .unwrap();
+    let config = kube::Config::new("https://localhost:1".parse().unwrap());
+    let Err(err) = client_with(config, Credentials::default().identity(identity)) else {
+        panic!("a client without a bundle");
+    };
+    assert!(err.to_string().contains("needs a CA bundle"), "{err}");
+}

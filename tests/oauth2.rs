@@ -1,0 +1,1 @@
+//! The OAuth 2.0 source against oidc-provider. (Being written.)

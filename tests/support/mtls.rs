@@ -1,0 +1,314 @@
+//! An HTTPS server (rustls, ring) that requires client certificates from a CA, refuses the
+//! ones it is told to (at the handshake for new connections, with a 401 on connections
+//! already made), and records which certificate each request arrived with; its own
+//! certificate and the CA it trusts can be changed while it runs.
+//!
+//! Self-contained beside `pki.rs`, so that examples can include both with `#[path]`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::pki::{Ca, Issued, fingerprint};
+
+/// The header that tells the client which certificate its request arrived with.
+pub const PRESENTED: &str = "x-client-cert";
+
+/// One request, as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub at: Instant,
+    /// The fingerprint of the client certificate of its connection.
+    pub fingerprint: String,
+    /// The connection's number, from 1.
+    pub connection: u64,
+    /// Whether the server answered 401 (the certificate had been refused since).
+    pub refused: bool,
+    /// The request's `x-client` header: which of several clients sent it.
+    pub client: Option<String>,
+}
+
+pub struct MtlsServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for MtlsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Shared {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    clients: Mutex<Arc<dyn ClientCertVerifier>>,
+    refused: Mutex<HashSet<String>>,
+    server: Mutex<Arc<CertifiedKey>>,
+    arrivals: Mutex<Vec<Arrival>>,
+    requests: watch::Sender<u64>,
+    connections: AtomicU64,
+    refused_handshakes: AtomicU64,
+}
+
+impl Shared {
+    fn is_refused(&self, fingerprint: &str) -> bool {
+        self.refused.lock().unwrap().contains(fingerprint)
+    }
+}
+
+fn client_verifier(
+    ca: &Ca,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Arc<dyn ClientCertVerifier> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(ca.der())).unwrap();
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .unwrap()
+}
+
+fn certified(issued: &Issued, provider: &rustls::crypto::CryptoProvider) -> Arc<CertifiedKey> {
+    let key = provider
+        .key_provider
+        .load_private_key(PrivatePkcs8KeyDer::from(issued.key_der.clone()).into())
+        .unwrap();
+    Arc::new(CertifiedKey::new(
+        vec![CertificateDer::from(issued.cert_der.clone())],
+        key,
+    ))
+}
+
+impl MtlsServer {
+    /// Serves with `server`'s certificate, requiring client certificates from `clients`.
+    /// HTTP/1.1 and HTTP/2 by ALPN; TLS 1.2 and 1.3, with session resumption on (rustls's
+    /// defaults).
+    pub async fn start(clients: &Ca, server: &Issued) -> Self {
+        Self::start_with(clients, server, &[b"h2", b"http/1.1"]).await
+    }
+
+    /// [`start`](Self::start), with HTTP/1.1 only: a client makes a connection per
+    /// concurrent request.
+    pub async fn start_http1(clients: &Ca, server: &Issued) -> Self {
+        Self::start_with(clients, server, &[b"http/1.1"]).await
+    }
+
+    async fn start_with(clients: &Ca, server: &Issued, alpn: &[&[u8]]) -> Self {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let shared = Arc::new(Shared {
+            clients: Mutex::new(client_verifier(clients, &provider)),
+            server: Mutex::new(certified(server, &provider)),
+            provider: provider.clone(),
+            refused: Mutex::default(),
+            arrivals: Mutex::default(),
+            requests: watch::Sender::new(0),
+            connections: AtomicU64::new(0),
+            refused_handshakes: AtomicU64::new(0),
+        });
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(Arc::new(Verifier(shared.clone())))
+            .with_cert_resolver(Arc::new(ServerCert(shared.clone())));
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(accept(listener, acceptor, shared.clone()));
+        Self { addr, shared, task }
+    }
+
+    /// `https://localhost:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    /// Refuses the certificate with `fingerprint` from now on.
+    pub fn refuse(&self, fingerprint: &str) {
+        self.shared
+            .refused
+            .lock()
+            .unwrap()
+            .insert(fingerprint.to_owned());
+    }
+
+    /// Trusts client certificates from `ca` only, from now on.
+    pub fn trust_clients_of(&self, ca: &Ca) {
+        *self.shared.clients.lock().unwrap() = client_verifier(ca, &self.shared.provider);
+    }
+
+    /// Serves with `server`'s certificate from the next handshake on.
+    pub fn serve_with(&self, server: &Issued) {
+        *self.shared.server.lock().unwrap() = certified(server, &self.shared.provider);
+    }
+
+    /// Every request so far.
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.shared.arrivals.lock().unwrap().clone()
+    }
+
+    /// Connections that completed their handshake.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Handshakes that failed (a refused or untrusted certificate, or none).
+    pub fn refused_handshakes(&self) -> u64 {
+        self.shared.refused_handshakes.load(Ordering::SeqCst)
+    }
+
+    /// Waits, with a deadline, until `n` requests have arrived.
+    pub async fn wait_requests(&self, n: u64, deadline: std::time::Duration) {
+        let mut rx = self.shared.requests.subscribe();
+        if tokio::time::timeout(deadline, rx.wait_for(|&seen| seen >= n))
+            .await
+            .is_err()
+        {
+            panic!("the server saw {} of {n} requests", *rx.borrow());
+        }
+    }
+}
+
+async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shared: Arc<Shared>) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let (acceptor, shared) = (acceptor.clone(), shared.clone());
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                shared.refused_handshakes.fetch_add(1, Ordering::SeqCst);
+                return;
+            };
+            let presented = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .map(|cert| fingerprint(cert))
+                .unwrap_or_default();
+            let connection = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+            let svc = hyper::service::service_fn(move |req: http::Request<_>| {
+                let shared = shared.clone();
+                let presented = presented.clone();
+                let client = req
+                    .headers()
+                    .get("x-client")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                async move {
+                    let refused = shared.is_refused(&presented);
+                    shared.arrivals.lock().unwrap().push(Arrival {
+                        at: Instant::now(),
+                        fingerprint: presented.clone(),
+                        connection,
+                        refused,
+                        client,
+                    });
+                    shared.requests.send_modify(|n| *n += 1);
+                    let status = if refused {
+                        StatusCode::UNAUTHORIZED
+                    } else {
+                        StatusCode::OK
+                    };
+                    let response = Response::builder()
+                        .status(status)
+                        .header(PRESENTED, presented)
+                        .body(Full::new(Bytes::from_static(b"ok")))
+                        .unwrap();
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(4096);
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+/// The CA's verifier, and the refusals.
+#[derive(Debug)]
+struct Verifier(Arc<Shared>);
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared")
+    }
+}
+
+impl Verifier {
+    fn inner(&self) -> Arc<dyn ClientCertVerifier> {
+        self.0.clients.lock().unwrap().clone()
+    }
+}
+
+impl ClientCertVerifier for Verifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        if self.0.is_refused(&fingerprint(end_entity)) {
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Revoked,
+            ));
+        }
+        self.inner()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner().supported_verify_schemes()
+    }
+}
+
+/// The server's current certificate.
+#[derive(Debug)]
+struct ServerCert(Arc<Shared>);
+
+impl ResolvesServerCert for ServerCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.server.lock().unwrap().clone())
+    }
+}

@@ -1,0 +1,136 @@
+//! Certificates made at test time with rcgen: a CA, the client and server certificates it
+//! issues, with the validity a test asks for.
+//!
+//! Self-contained, so that the crate's unit tests and the examples can include it with
+//! `#[path = "../tests/support/pki.rs"] mod pki;`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// A certificate authority.
+pub struct Ca {
+    key: KeyPair,
+    cert: rcgen::Certificate,
+}
+
+/// A certificate an authority issued, and its key.
+#[derive(Clone)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: Vec<u8>,
+    pub key_der: Vec<u8>,
+}
+
+impl Issued {
+    /// The certificate and its key in one PEM, as the kubelet writes
+    /// `kubelet-client-<date>.pem`.
+    pub fn combined(&self) -> String {
+        format!("{}{}", self.cert_pem, self.key_pem)
+    }
+
+    /// The SHA-256 of the certificate, as `openssl x509 -fingerprint -sha256` prints it.
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.cert_der)
+    }
+}
+
+/// `AB:CD:...` of the SHA-256 of `der`.
+pub fn fingerprint(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// `at` as rcgen takes it.
+fn time(at: SystemTime) -> time::OffsetDateTime {
+    time::OffsetDateTime::from(at)
+}
+
+impl Ca {
+    /// A self-signed CA named `name`, valid from an hour ago for ten years.
+    pub fn new(name: &str) -> Self {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let now = SystemTime::now();
+        params.not_before = time(now - Duration::from_secs(3600));
+        params.not_after = time(now + Duration::from_secs(10 * 365 * 86_400));
+        let cert = params.self_signed(&key).unwrap();
+        Self { key, cert }
+    }
+
+    pub fn pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    pub fn der(&self) -> Vec<u8> {
+        self.cert.der().to_vec()
+    }
+
+    /// A client certificate for `common_name` (and organization `system:nodes`), valid
+    /// from a minute ago for `lifetime`.
+    pub fn client(&self, common_name: &str, lifetime: Duration) -> Issued {
+        let now = SystemTime::now();
+        self.client_valid(common_name, now - Duration::from_secs(60), now + lifetime)
+    }
+
+    /// A client certificate for `common_name` valid from `not_before` to `not_after`.
+    pub fn client_valid(
+        &self,
+        common_name: &str,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Issued {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:nodes");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = time(not_before);
+        params.not_after = time(not_after);
+        self.issue(params)
+    }
+
+    /// A server certificate for `127.0.0.1` and `localhost`, valid for a year.
+    pub fn server(&self) -> Issued {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "bearer-reload test server");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let now = SystemTime::now();
+        params.not_before = time(now - Duration::from_secs(3600));
+        params.not_after = time(now + Duration::from_secs(365 * 86_400));
+        self.issue(params)
+    }
+
+    fn issue(&self, params: CertificateParams) -> Issued {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+        }
+    }
+}
