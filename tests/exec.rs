@@ -373,7 +373,10 @@ async fn a_plugin_that_returns_a_client_certificate_gets_kubes_own_client() {
     let kube_client = client(config).await.unwrap();
     // Without `tls`, kube runs it for its own client; with `tls`, ours runs it once for the
     // token (refused) and the identity store takes that run's certificate.
-    assert!(plugin.runs() > runs, "the client was built on the plugin's run");
+    assert!(
+        plugin.runs() > runs,
+        "the client was built on the plugin's run"
+    );
     drop(kube_client);
 }
 

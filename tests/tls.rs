@@ -284,28 +284,62 @@ async fn projected_secret_rotations_under_load_fail_nothing_and_retire_the_old_c
     rotations_under_load(writer, ca, first).await;
 }
 
+/// An identity in a file that nothing but a refusal reloads (no watch, no timer), the
+/// CA's bundle, a server of the CA, and a client with both.
+struct Quiet {
+    _tmp: tempfile::TempDir,
+    path: std::path::PathBuf,
+    ca: Ca,
+    first: Issued,
+    identity: IdentityStore,
+    server: MtlsServer,
+    client: Client,
+}
+
+impl Quiet {
+    async fn start() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("client.pem");
+        let ca = Ca::new("kubernetes");
+        let first = ca.client("n1", HOUR);
+        std::fs::write(&path, first.combined()).unwrap();
+        let identity = IdentityStore::builder(FileSource::new(&path))
+            .no_watch()
+            .refresh_interval(None)
+            .load()
+            .await
+            .unwrap();
+        let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
+            .load()
+            .await
+            .unwrap();
+        let server = MtlsServer::start(&ca, &ca.server()).await;
+        let client = HttpsClient::builder(roots)
+            .identity(identity.clone())
+            .build::<Empty<Bytes>>();
+        Self {
+            _tmp: tmp,
+            path,
+            ca,
+            first,
+            identity,
+            server,
+            client,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_identity_is_reloaded_once_for_a_burst_and_every_request_sent_again() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("client.pem");
-    let ca = Ca::new("kubernetes");
-    let old = ca.client("n1", HOUR);
-    std::fs::write(&path, old.combined()).unwrap();
-    // Nothing but a refusal reloads it.
-    let identity = IdentityStore::builder(FileSource::new(&path))
-        .no_watch()
-        .refresh_interval(None)
-        .load()
-        .await
-        .unwrap();
-    let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
-        .load()
-        .await
-        .unwrap();
-    let server = MtlsServer::start(&ca, &ca.server()).await;
-    let client = HttpsClient::builder(roots)
-        .identity(identity.clone())
-        .build::<Empty<Bytes>>();
+    let Quiet {
+        _tmp,
+        path,
+        ca,
+        first: old,
+        identity,
+        server,
+        client,
+    } = Quiet::start().await;
     let url = server.url("/");
 
     // Refused at the handshake: no connection was made with the old identity yet.
@@ -565,4 +599,37 @@ async fn a_request_in_flight_at_a_rotation_finishes_on_its_connection() {
     let connections: Vec<_> = server.arrivals().iter().map(|a| a.connection).collect();
     assert_eq!(connections, [1, 1, 2]);
     let _ = Arc::new(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_after_it_answered_is_not_a_refusal_and_reloads_nothing() {
+    let Quiet {
+        identity,
+        server,
+        client,
+        ..
+    } = Quiet::start().await;
+    // The connection answers once, then a request on it is in flight when it is cut.
+    assert_eq!(
+        get(&client, &server.url("/")).await.unwrap().0,
+        StatusCode::OK
+    );
+    let hanging = tokio::spawn({
+        let (client, url) = (client.clone(), server.url("/hang"));
+        async move { get(&client, &url).await }
+    });
+    server.wait_requests(2, DEADLINE).await;
+    let before = identity.status();
+    server.cut_connections();
+    let outcome = tokio::time::timeout(DEADLINE, hanging)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(outcome.is_err(), "{outcome:?}");
+    // A server that went away is not one that refused the certificate: nothing reloaded,
+    // nothing sent again.
+    let after = identity.status();
+    assert_eq!(after.reads, before.reads, "{after:?}");
+    assert_eq!(after.refused_reloads, before.refused_reloads);
+    assert_eq!(after.retries, before.retries);
 }

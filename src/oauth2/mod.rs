@@ -1,2 +1,93 @@
 //! OAuth 2.0 service tokens as a token source (feature `oauth2`): the client-credentials
-//! grant and token exchange. (Being written.)
+//! grant ([`ClientCredentials`], RFC 6749 §4.4) and token exchange ([`TokenExchange`],
+//! RFC 8693), over the `tls` feature's [`HttpsClient`](crate::tls::HttpsClient).
+//!
+//! A source here makes one token request per fetch and caches nothing: the
+//! [`TokenStore`](crate::TokenStore) built on it is the cache, and gives these tokens
+//! what it gives every token:
+//!
+//! - **refresh before expiry**: `expires_in` becomes the token's expiry, and the store's
+//!   timer fetches a new one before it, with a margin and a jitter, in the background;
+//! - **one request for many callers**: however many requests, timers and 401s ask at
+//!   once, one token request is in flight (single flight);
+//! - **keep-last-good**: a failed request (`invalid_client`, a 5xx, a refused connection)
+//!   never replaces a token that still works; the store retries with a backoff and shows
+//!   the [`Error`] in its [`status`](crate::TokenStore::status);
+//! - **401s**: a token the resource server refuses before its expiry (revoked at the
+//!   server, a signing key rolled) is replaced at once, and with
+//!   [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) the refused request
+//!   is sent again with the new one. A cache that only looks at `expires_in` (what the
+//!   `oauth2` and `yup-oauth2` crates leave you with) goes on sending the revoked token
+//!   until it expires.
+//!
+//! The client authenticates with a secret (HTTP Basic or in the form) or with a JWT
+//! assertion read from a file at every fetch, such as a projected service-account token
+//! ([`ClientAuth`]). Secrets, assertions, subject tokens and access tokens never appear
+//! in an error, a log line or a `Debug`, and the `Authorization` header built for
+//! `client_secret_basic` is marked sensitive.
+//!
+//! The token endpoint must be `https://`, and verified with a CA bundle you give
+//! (`.roots(RootStore)`): the crate carries no system trust store. For a public
+//! endpoint, load the system's bundle (`/etc/ssl/certs/ca-certificates.crt` on Debian
+//! and Ubuntu, `/etc/pki/tls/certs/ca-bundle.crt` on Fedora and RHEL) into a
+//! [`RootStore`](crate::tls::RootStore).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use bearer_reload::oauth2::{ClientAuth, ClientCredentials};
+//! use bearer_reload::source::FileSource;
+//! use bearer_reload::tls::RootStore;
+//! use bearer_reload::{BearerLayer, TokenStore};
+//! use bytes::Bytes;
+//! use http_body_util::Empty;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! let roots = RootStore::builder(FileSource::new("/etc/ssl/certs/ca-certificates.crt"))
+//!     .load()
+//!     .await?;
+//! // A Kubernetes workload federated with the IdP: its projected token is the assertion.
+//! let auth = ClientAuth::client_assertion_file("/var/run/secrets/tokens/idp");
+//! let source = ClientCredentials::new("https://idp.example/token".parse()?, "reports", auth)
+//!     .roots(roots)
+//!     .scope("metrics.read");
+//! let store = TokenStore::builder(source).load().await?;
+//!
+//! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let client = ServiceBuilder::new()
+//!     .layer(BearerLayer::new(store.clone()).retry_unauthorized())
+//!     .service(http);
+//! let request = http::Request::get("http://metrics.internal/api").body(Empty::new())?;
+//! let response = client.oneshot(request).await?;
+//! println!("{} ({:?})", response.status(), store.status().expires_at);
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+mod auth;
+mod client_credentials;
+mod error;
+mod exchange;
+mod request;
+
+pub use auth::ClientAuth;
+pub use client_credentials::ClientCredentials;
+pub use error::Error;
+pub use exchange::{SubjectToken, TOKEN_TYPE_JWT, TokenExchange};
+
+/// The token endpoint's answer parser alone, for the fuzz targets (`--cfg fuzzing`, which
+/// cargo-fuzz sets; never in a normal build): the error, if the answer gives no token.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub fn fuzz_parse_response(status: u16, body: &[u8]) -> Result<(), Error> {
+    let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+    request::parse(status, body).map(|_| ())
+}
+
+/// How long a token request may take by default.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests;

@@ -73,6 +73,14 @@ use super::{FetchContext, Fetched, TokenSource};
 
 mod credential;
 mod error;
+
+/// The `ExecCredential` parser alone, for the fuzz targets (`--cfg fuzzing`, which
+/// cargo-fuzz sets; never in a normal build): whether the credential holds a token.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub fn fuzz_parse_credential(stdout: &[u8]) -> Result<bool, ExecError> {
+    credential::parse(stdout, credential::ApiVersion::V1, "fuzz").map(|c| c.token.is_some())
+}
 #[cfg(feature = "kube")]
 mod from_kube;
 mod redact;

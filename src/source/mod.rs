@@ -15,9 +15,11 @@
 //!   `kubelogin`, ...), see [`exec`];
 //! - [`TokenRequestSource`] (feature `kube`): audience-bound service-account tokens from the
 //!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
+//! - `oauth2::ClientCredentials` and `oauth2::TokenExchange` (feature `oauth2`): OAuth 2.0
+//!   service tokens.
 //!
-//! Implement [`TokenSource`] for anything else (a secret manager's client, an OAuth2
-//! client-credentials flow) and build a store on it with
+//! Implement [`TokenSource`] for anything else (a secret manager's client, a cloud
+//! metadata server) and build a store on it with
 //! [`TokenStore::builder`](crate::TokenStore::builder):
 //!
 //! ```
@@ -71,6 +73,9 @@ mod token_request;
 pub use exec::{ExecError, ExecSource};
 pub use file::{FileError, FileSource};
 pub use func::FnSource;
+#[cfg(all(fuzzing, feature = "kube"))]
+#[doc(hidden)]
+pub use token_request::fuzz_parse_response;
 #[cfg(feature = "kube")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub use token_request::{BoundObject, TokenRequestError, TokenRequestSource};

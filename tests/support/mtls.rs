@@ -67,6 +67,8 @@ struct Shared {
     requests: watch::Sender<u64>,
     connections: AtomicU64,
     refused_handshakes: AtomicU64,
+    /// Every connection's task, to cut them.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Shared {
@@ -122,6 +124,7 @@ impl MtlsServer {
             requests: watch::Sender::new(0),
             connections: AtomicU64::new(0),
             refused_handshakes: AtomicU64::new(0),
+            tasks: Mutex::default(),
         });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -160,6 +163,14 @@ impl MtlsServer {
         *self.shared.server.lock().unwrap() = certified(server, &self.shared.provider);
     }
 
+    /// Cuts every connection made so far, without a TLS `close_notify`: requests in flight
+    /// on them fail (as when a server process dies).
+    pub fn cut_connections(&self) {
+        for task in self.shared.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
     /// Every request so far.
     pub fn arrivals(&self) -> Vec<Arrival> {
         self.shared.arrivals.lock().unwrap().clone()
@@ -193,7 +204,8 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
             continue;
         };
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
-        tokio::spawn(async move {
+        let tasks = shared.clone();
+        let task = tokio::spawn(async move {
             let Ok(stream) = acceptor.accept(tcp).await else {
                 shared.refused_handshakes.fetch_add(1, Ordering::SeqCst);
                 return;
@@ -209,6 +221,9 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
             let svc = hyper::service::service_fn(move |req: http::Request<_>| {
                 let shared = shared.clone();
                 let presented = presented.clone();
+                // `/hang` is answered never: a request in flight, for as long as the test
+                // wants one.
+                let hang = req.uri().path() == "/hang";
                 let client = req
                     .headers()
                     .get("x-client")
@@ -224,6 +239,9 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                         client,
                     });
                     shared.requests.send_modify(|n| *n += 1);
+                    if hang {
+                        std::future::pending::<()>().await;
+                    }
                     let status = if refused {
                         StatusCode::UNAUTHORIZED
                     } else {
@@ -241,6 +259,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
             builder.http2().max_concurrent_streams(4096);
             let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
         });
+        tasks.tasks.lock().unwrap().push(task.abort_handle());
     }
 }
 

@@ -1066,6 +1066,19 @@ impl AuthServer {
         reply.body
     }
 
+    /// What a resource server answers to a request with `headers`: 200 when its bearer
+    /// token is active (introspected as `RESOURCE_SERVER`), 401 otherwise.
+    pub async fn resource_status(&self, headers: &http::HeaderMap) -> http::StatusCode {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match token {
+            Some(token) if self.introspect(token).await => http::StatusCode::OK,
+            _ => http::StatusCode::UNAUTHORIZED,
+        }
+    }
+
     /// Whether the server says `token` is active.
     pub async fn introspect(&self, token: &str) -> bool {
         self.introspection(token).await["active"] == json!(true)

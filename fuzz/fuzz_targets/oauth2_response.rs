@@ -1,0 +1,29 @@
+//! The token endpoint's answer (feature `oauth2`), over an arbitrary status and body:
+//! never panics, and an error never quotes an `access_token` the body holds.
+#![no_main]
+
+use bearer_reload::oauth2::fuzz_parse_response;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((status, body)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let status = 100 + u16::from_le_bytes(*status) % 500;
+    let Err(e) = fuzz_parse_response(status, body) else {
+        return;
+    };
+    let shown = format!("{e} {e:?}");
+    let token = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|doc| doc.get("access_token")?.as_str().map(str::to_owned));
+    // Short values can be words of the message itself.
+    // A token that is also elsewhere in the body may be quoted from there.
+    let once = |t: &str| body.windows(t.len()).filter(|w| *w == t.as_bytes()).count() == 1;
+    if let Some(token) = token.filter(|t| t.len() >= 12 && once(t)) {
+        assert!(
+            !shown.contains(&token),
+            "the error quotes the token: {shown}"
+        );
+    }
+});

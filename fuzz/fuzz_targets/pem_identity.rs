@@ -1,0 +1,84 @@
+//! A client identity and a CA bundle read from arbitrary PEM (`tls::IdentityStore`,
+//! `tls::RootStore`, through a source that returns the fuzzer's bytes): never panics; a
+//! neither a refused read's error nor an accepted identity's status and `Debug` shows any
+//! of the key's body.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use bearer_reload::source::FnSource;
+use bearer_reload::tls::{IdentityStore, RootStore};
+use libfuzzer_sys::fuzz_target;
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    })
+}
+
+fn source(data: &[u8]) -> FnSource {
+    let data = data.to_vec();
+    FnSource::new("fuzz", move || {
+        let data = data.clone();
+        async move { Ok::<_, std::io::Error>(data) }
+    })
+}
+
+/// What lies between `PRIVATE KEY-----` and the next `-----END` in `data`: the key's body.
+fn key_body(data: &[u8]) -> Option<&[u8]> {
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let start = find(data, b"PRIVATE KEY-----")? + 16;
+    let end = find(&data[start..], b"-----END")? + start;
+    Some(data[start..end].trim_ascii())
+}
+
+/// Whether `shown` holds a 16-byte run of the key's body that looks like base64 (with a
+/// digit, `+` or `/`: words of the messages, `ClientCertificate`, have none).
+fn shows_key(shown: &str, data: &[u8]) -> bool {
+    let base64 = |w: &[u8]| {
+        w.iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/".contains(b))
+            && w.iter().any(|b| b.is_ascii_digit() || b"+/".contains(b))
+    };
+    key_body(data).is_some_and(|body| {
+        body.windows(16)
+            .filter(|w| base64(w))
+            .any(|w| shown.as_bytes().windows(16).any(|s| s == w))
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    runtime().block_on(async {
+        let identity = IdentityStore::builder(source(data))
+            .no_watch()
+            .refresh_interval(None)
+            .load()
+            .await;
+        match identity {
+            Ok(identity) => {
+                let shown = format!("{identity:?} {:?}", identity.status());
+                assert!(
+                    !shows_key(&shown, data),
+                    "the identity shows its key: {shown}"
+                );
+            }
+            Err(e) => {
+                let shown = format!("{e} {e:?}");
+                assert!(!shows_key(&shown, data), "the error shows the key: {shown}");
+            }
+        }
+        let roots = RootStore::builder(source(data))
+            .no_watch()
+            .refresh_interval(None)
+            .load()
+            .await;
+        if let Err(e) = roots {
+            let shown = format!("{e} {e:?}");
+            assert!(!shows_key(&shown, data), "the error shows the key: {shown}");
+        }
+    });
+});

@@ -1,0 +1,203 @@
+//! [`TokenExchange`]: token exchange (RFC 8693), of a subject token from a file or a store.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::Uri;
+
+use super::auth::ClientAuth;
+use super::error::Error;
+use super::request::{Endpoint, Form, read_token_file};
+use crate::TokenStore;
+use crate::source::{FetchContext, Fetched, TokenSource};
+use crate::tls::RootStore;
+
+/// RFC 8693's grant type.
+const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+
+/// RFC 8693's token type of a JWT: the default `subject_token_type`.
+pub const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
+
+/// Where the subject token of a [`TokenExchange`] comes from, read at every fetch.
+#[derive(Clone)]
+pub struct SubjectToken(Subject);
+
+#[derive(Clone)]
+enum Subject {
+    File(PathBuf),
+    Store(TokenStore),
+}
+
+impl SubjectToken {
+    /// The token in the file at `path`, read at every fetch: a projected service-account
+    /// token that the kubelet rotates, for example.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        SubjectToken(Subject::File(path.into()))
+    }
+
+    /// The current token of `store`, at every fetch: a token this crate already keeps
+    /// fresh (a [`FileSource`](crate::source::FileSource), a
+    /// `TokenRequestSource`, another exchange).
+    pub fn store(store: TokenStore) -> Self {
+        SubjectToken(Subject::Store(store))
+    }
+
+    async fn read(&self) -> Result<String, Error> {
+        match &self.0 {
+            Subject::File(path) => read_token_file("subject token", path).await,
+            Subject::Store(store) => {
+                let current = store.current();
+                let value = current.header_value().as_bytes();
+                let token = value.strip_prefix(b"Bearer ").unwrap_or(value);
+                Ok(String::from_utf8_lossy(token).into_owned())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for SubjectToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Subject::File(path) => write!(f, "file({})", path.display()),
+            Subject::Store(store) => write!(f, "store({})", store.status().source),
+        }
+    }
+}
+
+/// Access tokens by token exchange (RFC 8693): a workload trades a token it has (its
+/// projected service-account token, a token from another issuer) for one the token
+/// endpoint issues.
+///
+/// Each fetch reads the [`SubjectToken`] anew and POSTs
+/// `grant_type=urn:ietf:params:oauth:grant-type:token-exchange` with it, its
+/// `subject_token_type` (default [`TOKEN_TYPE_JWT`]) and the parameters given, over
+/// HTTPS verified by the CA bundle given to [`roots`](Self::roots) (required, as for
+/// [`ClientCredentials`](super::ClientCredentials)). The client authenticates as
+/// [`auth`](Self::auth) says; by default it is a public client ([`ClientAuth::none`]),
+/// which sends its `client_id`. Refresh, 401s and failures are the store's, as for
+/// [`ClientCredentials`](super::ClientCredentials).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use bearer_reload::oauth2::{SubjectToken, TokenExchange};
+/// use bearer_reload::source::FileSource;
+/// use bearer_reload::tls::RootStore;
+/// use bearer_reload::TokenStore;
+///
+/// let roots = RootStore::builder(FileSource::new("/etc/idp/ca.crt")).load().await?;
+/// let subject = SubjectToken::file("/var/run/secrets/tokens/idp-token");
+/// let source = TokenExchange::new("https://idp.example/token".parse()?, "payments", subject)
+///     .roots(roots)
+///     .audience("https://ledger.example")
+///     .scope("ledger.write");
+/// let store = TokenStore::builder(source).load().await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct TokenExchange {
+    endpoint: Endpoint,
+    subject: SubjectToken,
+    subject_token_type: String,
+    requested_token_type: Option<String>,
+}
+
+impl fmt::Debug for TokenExchange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenExchange")
+            .field("endpoint", &self.endpoint)
+            .field("subject", &self.subject)
+            .field("subject_token_type", &self.subject_token_type)
+            .field("requested_token_type", &self.requested_token_type)
+            .finish()
+    }
+}
+
+impl TokenExchange {
+    /// Tokens for `client_id` from `token_endpoint` (an `https://` URI), in exchange for
+    /// `subject`; a public client until [`auth`](Self::auth) says otherwise.
+    pub fn new(token_endpoint: Uri, client_id: impl Into<String>, subject: SubjectToken) -> Self {
+        Self {
+            endpoint: Endpoint::new(token_endpoint, client_id.into(), ClientAuth::none()),
+            subject,
+            subject_token_type: TOKEN_TYPE_JWT.to_owned(),
+            requested_token_type: None,
+        }
+    }
+
+    /// How the client authenticates (default [`ClientAuth::none`], a public client).
+    /// Calling it again replaces the method: a client has one.
+    pub fn auth(mut self, auth: ClientAuth) -> Self {
+        self.endpoint.auth = auth;
+        self
+    }
+
+    /// The CA bundle that verifies the token endpoint (required). Calling it again
+    /// replaces the bundle.
+    pub fn roots(mut self, roots: RootStore) -> Self {
+        self.endpoint.set_roots(roots);
+        self
+    }
+
+    /// The `subject_token_type` (default [`TOKEN_TYPE_JWT`]):
+    /// `urn:ietf:params:oauth:token-type:access_token`, `...:id_token`, ...
+    pub fn subject_token_type(mut self, token_type: impl Into<String>) -> Self {
+        self.subject_token_type = token_type.into();
+        self
+    }
+
+    /// The `requested_token_type` (none by default: the server's choice, usually an
+    /// access token). The token issued must still be a bearer token.
+    pub fn requested_token_type(mut self, token_type: impl Into<String>) -> Self {
+        self.requested_token_type = Some(token_type.into());
+        self
+    }
+
+    /// Adds a scope; the scopes go in one `scope` parameter, space-separated.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.endpoint.scopes.push(scope.into());
+        self
+    }
+
+    /// Adds an `audience` parameter: the logical name of the service the token is for.
+    pub fn audience(mut self, audience: impl Into<String>) -> Self {
+        self.endpoint.audiences.push(audience.into());
+        self
+    }
+
+    /// Adds a `resource` parameter: the absolute URI of the service the token is for.
+    pub fn resource(mut self, resource: impl Into<String>) -> Self {
+        self.endpoint.resources.push(resource.into());
+        self
+    }
+}
+
+impl TokenSource for TokenExchange {
+    type Error = Error;
+
+    /// Reads the subject token and exchanges it, whatever the trigger.
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, Error> {
+        let subject = self.subject.read().await?;
+        let mut form = Form::default();
+        form.push("grant_type", GRANT_TYPE);
+        form.push("subject_token", &subject);
+        form.push("subject_token_type", &self.subject_token_type);
+        if let Some(requested) = &self.requested_token_type {
+            form.push("requested_token_type", requested);
+        }
+        self.endpoint.request(form, &cx).await
+    }
+
+    /// `oauth2 token-exchange <client_id> at <endpoint>`.
+    fn describe(&self) -> String {
+        format!(
+            "oauth2 token-exchange {} at {}",
+            self.endpoint.client_id, self.endpoint.uri
+        )
+    }
+
+    /// 30 s: a remote server, a TLS handshake, perhaps a cold start.
+    fn default_fetch_timeout(&self) -> Duration {
+        super::FETCH_TIMEOUT
+    }
+}

@@ -1,0 +1,305 @@
+//! One token request: the form, the POST over the crate's HTTPS client, and the answer
+//! read into a [`Fetched`] or an [`Error`].
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::uri::Scheme;
+use http::{Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use serde_json::Value;
+use tower_service::Service;
+
+use super::auth::ClientAuth;
+use super::error::Error;
+use crate::source::{FetchContext, Fetched};
+use crate::tls::{HttpsClient, RootStore};
+
+/// The largest answer read from the token endpoint.
+const MAX_RESPONSE: usize = 1024 * 1024;
+
+/// The largest client assertion or subject token file read.
+const MAX_FILE: u64 = 64 * 1024;
+
+/// An `application/x-www-form-urlencoded` body being built. Its values include secrets:
+/// `Debug` shows the names alone.
+#[derive(Default)]
+pub(super) struct Form(String);
+
+impl Form {
+    pub(super) fn push(&mut self, name: &str, value: &str) {
+        if !self.0.is_empty() {
+            self.0.push('&');
+        }
+        encode_into(&mut self.0, name);
+        self.0.push('=');
+        encode_into(&mut self.0, value);
+    }
+
+    pub(super) fn into_body(self) -> Bytes {
+        Bytes::from(self.0)
+    }
+
+    #[cfg(test)]
+    pub(super) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Form {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = self.0.split('&').filter_map(|pair| pair.split('=').next());
+        f.debug_list().entries(names).finish()
+    }
+}
+
+/// Appends `s` form-urlencoded (the WHATWG `application/x-www-form-urlencoded` byte
+/// serializer, which RFC 6749 Appendix B asks for): unreserved bytes as they are, space
+/// as `+`, the rest `%XX`.
+pub(super) fn encode_into(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for byte in s.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                out.push(char::from(byte));
+            }
+            b' ' => out.push('+'),
+            _ => {
+                out.push('%');
+                out.push(char::from(HEX[usize::from(byte >> 4)]));
+                out.push(char::from(HEX[usize::from(byte & 0xf)]));
+            }
+        }
+    }
+}
+
+/// Reads a token (an assertion, a subject token) from `path`: one line of visible ASCII
+/// once surrounding whitespace is trimmed. Errors name the file, never its content.
+pub(super) async fn read_token_file(what: &'static str, path: &Path) -> Result<String, Error> {
+    let read_error = |source| Error::ReadFile {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    let bad = |problem| Error::BadFile {
+        what,
+        path: path.to_owned(),
+        problem,
+    };
+    let len = tokio::fs::metadata(path).await.map_err(read_error)?.len();
+    if len > MAX_FILE {
+        return Err(bad("is larger than 64 KiB"));
+    }
+    let bytes = tokio::fs::read(path).await.map_err(read_error)?;
+    let token = bytes.trim_ascii();
+    if token.is_empty() {
+        return Err(bad("is empty"));
+    }
+    if !token.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(bad(
+            "holds more than one token, or characters a token cannot have",
+        ));
+    }
+    Ok(String::from_utf8(token.to_vec()).expect("visible ASCII is UTF-8"))
+}
+
+/// What both grants share: where to ask, who asks, and what for.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub(super) uri: Uri,
+    pub(super) client_id: String,
+    pub(super) auth: ClientAuth,
+    pub(super) https: Option<HttpsClient<Full<Bytes>>>,
+    pub(super) scopes: Vec<String>,
+    pub(super) audiences: Vec<String>,
+    pub(super) resources: Vec<String>,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("uri", &self.uri)
+            .field("client_id", &self.client_id)
+            .field("auth", &self.auth)
+            .field("scopes", &self.scopes)
+            .field("audiences", &self.audiences)
+            .field("resources", &self.resources)
+            .field("roots", &self.https.is_some())
+            .finish()
+    }
+}
+
+impl Endpoint {
+    pub(super) fn new(uri: Uri, client_id: String, auth: ClientAuth) -> Self {
+        Self {
+            uri,
+            client_id,
+            auth,
+            https: None,
+            scopes: Vec::new(),
+            audiences: Vec::new(),
+            resources: Vec::new(),
+        }
+    }
+
+    pub(super) fn set_roots(&mut self, roots: RootStore) {
+        self.https = Some(HttpsClient::builder(roots).build());
+    }
+
+    /// Adds the scope, audiences, resources and client authentication to `form` (which
+    /// holds the grant's own parameters), POSTs it, and reads the answer.
+    pub(super) async fn request(
+        &self,
+        mut form: Form,
+        cx: &FetchContext,
+    ) -> Result<Fetched, Error> {
+        if self.uri.scheme() != Some(&Scheme::HTTPS) {
+            return Err(Error::InsecureEndpoint {
+                endpoint: self.uri.clone(),
+            });
+        }
+        let mut https = self.https.clone().ok_or(Error::NoRoots)?;
+        if !self.scopes.is_empty() {
+            form.push("scope", &self.scopes.join(" "));
+        }
+        for audience in &self.audiences {
+            form.push("audience", audience);
+        }
+        for resource in &self.resources {
+            form.push("resource", resource);
+        }
+        let authorization = self.auth.apply(&self.client_id, &mut form).await?;
+        let mut request = Request::post(self.uri.clone())
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(ACCEPT, "application/json");
+        if let Some(value) = authorization {
+            request = request.header(AUTHORIZATION, value);
+        }
+        let request = request
+            .body(Full::new(form.into_body()))
+            .expect("a POST to a valid URI with valid headers");
+
+        // The lifetime counts from before the request: the token is never thought to live
+        // longer than it does.
+        let sent_at = cx.now();
+        let transport =
+            |e: Box<dyn std::error::Error + Send + Sync>| Error::Transport { source: e };
+        std::future::poll_fn(|ready| Service::poll_ready(&mut https, ready))
+            .await
+            .map_err(|e| transport(e.into()))?;
+        let response = https.call(request).await.map_err(|e| transport(e.into()))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(transport)?
+            .to_bytes();
+        let issued = parse(status, &body)?;
+        drop(body);
+        let fetched = Fetched::new(issued.access_token);
+        Ok(match issued.expires_in {
+            Some(lifetime) => fetched.with_expires_at(sent_at + lifetime),
+            None => fetched,
+        })
+    }
+}
+
+/// A token response's useful part.
+pub(super) struct Issued {
+    /// Secret.
+    pub(super) access_token: String,
+    /// `expires_in`; `None`: used until the server refuses it.
+    pub(super) expires_in: Option<Duration>,
+}
+
+impl fmt::Debug for Issued {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Issued")
+            .field(
+                "access_token",
+                &format_args!("<{} bytes>", self.access_token.len()),
+            )
+            .field("expires_in", &self.expires_in)
+            .finish()
+    }
+}
+
+/// Reads the token endpoint's answer (RFC 6749 §5.1 and §5.2). Never quotes the body:
+/// of an error, only its `error` and `error_description`.
+pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    if !status.is_success() {
+        let error = json
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(Value::as_str);
+        return Err(match error {
+            Some(code) => Error::OAuth {
+                status,
+                code: printable(code, 64),
+                description: json
+                    .as_ref()
+                    .and_then(|v| v.get("error_description"))
+                    .and_then(Value::as_str)
+                    .map(|d| printable(d, 512)),
+            },
+            None => Error::Status { status },
+        });
+    }
+    let Some(Value::Object(mut object)) = json else {
+        return Err(Error::Response {
+            problem: "is not a JSON object",
+        });
+    };
+    let access_token = match object.remove("access_token") {
+        Some(Value::String(token)) if !token.is_empty() => token,
+        _ => {
+            return Err(Error::Response {
+                problem: "has no access_token",
+            });
+        }
+    };
+    match object.get("token_type") {
+        Some(Value::String(t)) if t.eq_ignore_ascii_case("bearer") => {}
+        Some(Value::String(t)) => {
+            return Err(Error::NotBearer {
+                token_type: printable(t, 64),
+            });
+        }
+        _ => {
+            return Err(Error::Response {
+                problem: "has no token_type",
+            });
+        }
+    }
+    let expires_in = match object.get("expires_in") {
+        None | Some(Value::Null) => None,
+        // Some servers send the number as a string.
+        Some(Value::String(s)) => Some(s.trim().parse::<u64>().map_err(|_| not_seconds())?),
+        Some(Value::Number(n)) => Some(
+            n.as_u64()
+                .or_else(|| n.as_f64().filter(|s| *s >= 0.0).map(|s| s as u64))
+                .ok_or_else(not_seconds)?,
+        ),
+        Some(_) => return Err(not_seconds()),
+    };
+    Ok(Issued {
+        access_token,
+        // Zero says nothing useful: the token is kept until a 401, as without one.
+        expires_in: expires_in.filter(|&s| s > 0).map(Duration::from_secs),
+    })
+}
+
+fn not_seconds() -> Error {
+    Error::Response {
+        problem: "has an expires_in that is not a number of seconds",
+    }
+}
+
+/// `s` without control characters, cut to `max` characters.
+fn printable(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
+}

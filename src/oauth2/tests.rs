@@ -1,0 +1,250 @@
+use std::error::Error as _;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use super::auth::{JWT_BEARER, basic};
+use super::request::{Form, parse, read_token_file};
+use super::*;
+use crate::source::{FetchContext, TokenSource};
+
+#[test]
+fn the_form_is_urlencoded_as_rfc_6749_appendix_b_says() {
+    let mut form = Form::default();
+    form.push("grant_type", "client_credentials");
+    form.push("scope", "read write");
+    form.push("resource", "https://api.example/a?b=c&d");
+    form.push("client_secret", "ä+/%~");
+    assert_eq!(
+        form.as_str(),
+        "grant_type=client_credentials&scope=read+write\
+         &resource=https%3A%2F%2Fapi.example%2Fa%3Fb%3Dc%26d\
+         &client_secret=%C3%A4%2B%2F%25%7E"
+    );
+    // Debug names the fields, not the values.
+    let shown = format!("{form:?}");
+    assert_eq!(
+        shown,
+        r#"["grant_type", "scope", "resource", "client_secret"]"#
+    );
+}
+
+#[test]
+fn basic_credentials_are_urlencoded_then_base64_and_sensitive() {
+    // RFC 6749 §2.3.1: each part form-urlencoded before the Basic encoding.
+    let value = basic("my client", "s:e/c");
+    assert!(value.is_sensitive());
+    let encoded = value.to_str().unwrap().strip_prefix("Basic ").unwrap();
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap();
+    assert_eq!(decoded, b"my+client:s%3Ae%2Fc");
+}
+
+#[test]
+fn a_token_response_gives_the_token_and_its_lifetime() {
+    let body = br#"{"access_token":"tok","token_type":"bearer","expires_in":300,"scope":"read"}"#;
+    let issued = parse(StatusCode::OK, body).unwrap();
+    assert_eq!(issued.access_token, "tok");
+    assert_eq!(issued.expires_in, Some(Duration::from_secs(300)));
+    // Debug shows the token's length.
+    let shown = format!("{issued:?}");
+    assert!(
+        shown.contains("<3 bytes>") && !shown.contains("tok\""),
+        "{shown}"
+    );
+
+    // No expires_in (or zero): kept until a 401. A string of seconds is read too.
+    let body = br#"{"access_token":"tok","token_type":"Bearer"}"#;
+    assert_eq!(parse(StatusCode::OK, body).unwrap().expires_in, None);
+    let body = br#"{"access_token":"tok","token_type":"BEARER","expires_in":0}"#;
+    assert_eq!(parse(StatusCode::OK, body).unwrap().expires_in, None);
+    let body = br#"{"access_token":"tok","token_type":"Bearer","expires_in":"60"}"#;
+    assert_eq!(
+        parse(StatusCode::OK, body).unwrap().expires_in,
+        Some(Duration::from_secs(60))
+    );
+}
+
+#[test]
+fn bad_token_responses_are_named_without_quoting_them() {
+    let cases: [(&[u8], &str); 6] = [
+        (b"<html>secret-looking</html>", "is not a JSON object"),
+        (br#"{"token_type":"Bearer"}"#, "has no access_token"),
+        (
+            br#"{"access_token":"","token_type":"Bearer"}"#,
+            "has no access_token",
+        ),
+        (br#"{"access_token":"secret-tok"}"#, "has no token_type"),
+        (
+            br#"{"access_token":"secret-tok","token_type":"Bearer","expires_in":"soon"}"#,
+            "has an expires_in that is not a number of seconds",
+        ),
+        (
+            br#"{"access_token":"secret-tok","token_type":"Bearer","expires_in":[1]}"#,
+            "has an expires_in that is not a number of seconds",
+        ),
+    ];
+    for (body, problem) in cases {
+        let err = parse(StatusCode::OK, body).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("the token endpoint's answer {problem}")
+        );
+        assert!(!format!("{err:?}").contains("secret"), "{err:?}");
+    }
+    let body = br#"{"access_token":"secret-tok","token_type":"DPoP"}"#;
+    let err = parse(StatusCode::OK, body).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"the token endpoint issued a token of type "DPoP", not Bearer"#
+    );
+    assert!(!format!("{err:?}").contains("secret-tok"));
+}
+
+#[test]
+fn error_responses_map_to_their_code_and_description() {
+    let body = br#"{"error":"invalid_client","error_description":"client authentication failed"}"#;
+    let err = parse(StatusCode::UNAUTHORIZED, body).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the token endpoint answered invalid_client (HTTP 401): client authentication failed"
+    );
+    assert_eq!(err.oauth_error(), Some("invalid_client"));
+    assert_eq!(err.status(), Some(StatusCode::UNAUTHORIZED));
+
+    for code in [
+        "invalid_scope",
+        "unauthorized_client",
+        "invalid_grant",
+        "invalid_target",
+    ] {
+        let body = format!(r#"{{"error":"{code}"}}"#);
+        let err = parse(StatusCode::BAD_REQUEST, body.as_bytes()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("the token endpoint answered {code} (HTTP 400)")
+        );
+        assert_eq!(err.oauth_error(), Some(code));
+    }
+
+    // Not an OAuth 2.0 error: the status alone, never the body.
+    let err = parse(StatusCode::BAD_GATEWAY, b"<html>upstream secret</html>").unwrap_err();
+    assert_eq!(err.to_string(), "the token endpoint answered HTTP 502");
+    assert_eq!(err.status(), Some(StatusCode::BAD_GATEWAY));
+    assert_eq!(err.oauth_error(), None);
+    assert!(!format!("{err:?}").contains("secret"));
+
+    // A description with control characters, and a long one, is cleaned and cut.
+    let long = "x".repeat(2000);
+    let body =
+        format!(r#"{{"error":"invalid_request\n","error_description":"a\u001b[31m{long}"}}"#);
+    let err = parse(StatusCode::BAD_REQUEST, body.as_bytes()).unwrap_err();
+    let Error::OAuth {
+        code, description, ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(code, "invalid_request");
+    let description = description.as_deref().unwrap();
+    assert_eq!(description.chars().count(), 512);
+    assert!(description.starts_with("a[31mxxx"), "{description}");
+}
+
+#[test]
+fn debug_shows_neither_secrets_nor_assertions() {
+    let endpoint: http::Uri = "https://idp.test/token".parse().unwrap();
+    for auth in [
+        ClientAuth::client_secret_basic("hunter2-secret"),
+        ClientAuth::client_secret_post("hunter2-secret"),
+    ] {
+        let source = ClientCredentials::new(endpoint.clone(), "svc", auth).scope("read");
+        let shown = format!("{source:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<14 bytes>"), "{shown}");
+        assert!(
+            shown.contains("svc") && shown.contains("https://idp.test/token"),
+            "{shown}"
+        );
+        assert_eq!(
+            source.describe(),
+            "oauth2 client-credentials svc at https://idp.test/token"
+        );
+    }
+    let auth = ClientAuth::client_assertion_file("/run/assertion");
+    assert_eq!(format!("{auth:?}"), "client_assertion_file(/run/assertion)");
+    assert_eq!(format!("{:?}", ClientAuth::none()), "none");
+
+    let exchange = TokenExchange::new(endpoint, "app", SubjectToken::file("/run/subject"))
+        .auth(ClientAuth::client_secret_post("hunter2-secret"));
+    let shown = format!("{exchange:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(
+        shown.contains("file(/run/subject)") && shown.contains(TOKEN_TYPE_JWT),
+        "{shown}"
+    );
+    assert_eq!(
+        exchange.describe(),
+        "oauth2 token-exchange app at https://idp.test/token"
+    );
+}
+
+#[tokio::test]
+async fn an_http_endpoint_or_missing_roots_fail_before_any_request() {
+    let plain = ClientCredentials::new(
+        "http://idp.test/token".parse().unwrap(),
+        "svc",
+        ClientAuth::client_secret_post("s"),
+    );
+    let err = plain.fetch(FetchContext::default()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the token endpoint http://idp.test/token is not an https:// URI"
+    );
+    let no_roots = ClientCredentials::new(
+        "https://idp.test/token".parse().unwrap(),
+        "svc",
+        ClientAuth::client_secret_post("s"),
+    );
+    let err = no_roots.fetch(FetchContext::default()).await.unwrap_err();
+    assert!(matches!(err, Error::NoRoots), "{err:?}");
+}
+
+#[tokio::test]
+async fn token_files_are_read_whole_trimmed_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("assertion");
+
+    let err = read_token_file("client assertion", &path)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot read the client assertion file {}", path.display())
+    );
+    assert!(err.source().is_some());
+
+    std::fs::write(&path, " \n").unwrap();
+    let err = read_token_file("subject token", &path).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("the subject token file {} is empty", path.display())
+    );
+
+    std::fs::write(&path, "aaa.bbb.ccc\nddd.eee.fff\n").unwrap();
+    let err = read_token_file("subject token", &path).await.unwrap_err();
+    assert!(err.to_string().contains("more than one token"), "{err}");
+    assert!(!format!("{err:?}").contains("aaa"), "{err:?}");
+
+    std::fs::write(&path, "aaa.bbb.ccc\n").unwrap();
+    assert_eq!(
+        read_token_file("subject token", &path).await.unwrap(),
+        "aaa.bbb.ccc"
+    );
+    assert_eq!(
+        JWT_BEARER,
+        "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+    );
+}
