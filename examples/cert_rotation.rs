@@ -93,10 +93,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let tagged = |name: &str| {
         let mut config = config.clone();
-        config.headers.push((
-            HeaderName::from_static("x-client"),
-            HeaderValue::from_str(name).expect("a header value"),
-        ));
+        let mut value = HeaderValue::from_str(name).expect("a header value");
+        value.set_sensitive(true);
+        config
+            .headers
+            .push((HeaderName::from_static("x-client"), value));
         config
     };
     let clients = [

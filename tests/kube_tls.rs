@@ -155,3 +155,24 @@ async fn an_identity_without_a_bundle_is_an_error_that_says_so() {
     };
     assert!(err.to_string().contains("needs a CA bundle"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_users_certificate_data_is_presented() {
+    use base64::Engine as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let issued = ca.client("jane", HOUR);
+    let data = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    let path = kubeconfig(
+        tmp.path(),
+        &ca,
+        &server,
+        json!({
+            "client-certificate-data": data(&issued.cert_pem),
+            "client-key-data": data(&issued.key_pem),
+        }),
+    );
+    let client = client(config(&path, tmp.path()).await).await.unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, issued.fingerprint()));
+}

@@ -565,24 +565,15 @@ async fn session_resumption_would_carry_the_old_identity_across_a_rotation_and_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_flight_at_a_rotation_finishes_on_its_connection() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("client.pem");
-    let ca = Ca::new("kubernetes");
-    let old = ca.client("n1", HOUR);
-    std::fs::write(&path, old.combined()).unwrap();
-    let identity = IdentityStore::builder(FileSource::new(&path))
-        .no_watch()
-        .load()
-        .await
-        .unwrap();
-    let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
-        .load()
-        .await
-        .unwrap();
-    let server = MtlsServer::start(&ca, &ca.server()).await;
-    let mut client = HttpsClient::builder(roots)
-        .identity(identity.clone())
-        .build::<Empty<Bytes>>();
+    let Quiet {
+        _tmp,
+        path,
+        ca,
+        first: old,
+        identity,
+        server,
+        mut client,
+    } = Quiet::start().await;
     let url = server.url("/");
     get(&client, &url).await.unwrap();
 
@@ -598,7 +589,6 @@ async fn a_request_in_flight_at_a_rotation_finishes_on_its_connection() {
     assert_eq!(get(&client, &url).await.unwrap().1, new.fingerprint());
     let connections: Vec<_> = server.arrivals().iter().map(|a| a.connection).collect();
     assert_eq!(connections, [1, 1, 2]);
-    let _ = Arc::new(());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

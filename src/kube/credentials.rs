@@ -209,20 +209,9 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
                     let (cert, key) = (cert.clone(), key.clone());
                     let (cert_file, key_file) = (cert_file.clone(), key_file.clone());
                     async move {
-                        let read =
-                            |bytes: Option<Vec<u8>>, file: Option<String>| match (bytes, file) {
-                                (Some(bytes), _) => Ok(bytes),
-                                (None, Some(file)) => std::fs::read(&file).map_err(|e| {
-                                    std::io::Error::new(
-                                        e.kind(),
-                                        format!("cannot read {file}: {e}"),
-                                    )
-                                }),
-                                (None, None) => Ok(Vec::new()),
-                            };
-                        let mut pem = read(cert, cert_file)?;
+                        let mut pem = part(cert, cert_file).await?;
                         pem.push(b'\n');
-                        pem.extend(read(key, key_file)?);
+                        pem.extend(part(key, key_file).await?);
                         Ok::<_, std::io::Error>(pem)
                     }
                 });
@@ -230,6 +219,18 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
             }
         },
     )
+}
+
+/// One half of a kubeconfig identity: its `-data` bytes, else its file's.
+#[cfg(feature = "tls")]
+async fn part(bytes: Option<Vec<u8>>, file: Option<String>) -> std::io::Result<Vec<u8>> {
+    match (bytes, file) {
+        (Some(bytes), _) => Ok(bytes),
+        (None, Some(file)) => tokio::fs::read(&file)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {file}: {e}"))),
+        (None, None) => Ok(Vec::new()),
+    }
 }
 
 /// The CA bundle that verifies the API server: the file, watched, else the bytes.

@@ -17,7 +17,7 @@ use crate::tls::RootStore;
 const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 
 /// RFC 8693's token type of a JWT: the default `subject_token_type`.
-pub const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
+pub(super) const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 
 /// Where the subject token of a [`TokenExchange`] comes from, read at every fetch.
 #[derive(Clone)]
@@ -71,7 +71,7 @@ impl fmt::Debug for SubjectToken {
 ///
 /// Each fetch reads the [`SubjectToken`] anew and POSTs
 /// `grant_type=urn:ietf:params:oauth:grant-type:token-exchange` with it, its
-/// `subject_token_type` (default [`TOKEN_TYPE_JWT`]) and the parameters given, over
+/// `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`) and the parameters given, over
 /// HTTPS verified by the CA bundle given to [`roots`](Self::roots) (required, as for
 /// [`ClientCredentials`](super::ClientCredentials)). The client authenticates as
 /// [`auth`](Self::auth) says; by default it is a public client ([`ClientAuth::none`]),
@@ -139,7 +139,7 @@ impl TokenExchange {
         self
     }
 
-    /// The `subject_token_type` (default [`TOKEN_TYPE_JWT`]):
+    /// The `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`):
     /// `urn:ietf:params:oauth:token-type:access_token`, `...:id_token`, ...
     pub fn subject_token_type(mut self, token_type: impl Into<String>) -> Self {
         self.subject_token_type = token_type.into();

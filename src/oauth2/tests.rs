@@ -182,7 +182,7 @@ fn debug_shows_neither_secrets_nor_assertions() {
     let shown = format!("{exchange:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(
-        shown.contains("file(/run/subject)") && shown.contains(TOKEN_TYPE_JWT),
+        shown.contains("file(/run/subject)") && shown.contains(super::exchange::TOKEN_TYPE_JWT),
         "{shown}"
     );
     assert_eq!(
