@@ -1,5 +1,5 @@
-//! Reload latency under kubelet-style rotations: from the `rename` of `..data` to the first
-//! moment `store.current()` carries the new token, next to the floor any watcher has.
+//! Reload latency under kubelet-style rotations: from the `rename` of `..data` to the
+//! moment the store holds the new token, next to the floor any watcher has.
 //!
 //! ```text
 //! cargo run --release --example reload_latency
@@ -10,12 +10,19 @@
 //! (missed: rotations not seen within 2 s). The timer is off, so every reload comes from
 //! the store's directory watcher.
 //!
+//! The store's moment is its new token's [`loaded_at`](bearer_reload::Token::loaded_at),
+//! taken as the read is validated, microseconds before it is installed: from then on every
+//! request carries it. (A task that waits for the news through `subscribe` learns it one
+//! wake-up later, a quarter of a millisecond here; that wake-up is the waiting task's, not
+//! the store's, and would hide the store's own time.)
+//!
 //! The floor: a bare `notify` watcher of its own (one watcher, one non-recursive watch on
 //! the same directory) that reads the token file once on each event until it holds the
-//! new token. It runs in the same process for every rotation, timed from the same rename
-//! as the store, so both see the same moment of the machine: on a machine busy with other
-//! work both rise together, and `ratio_p99` (the store's p99 over the floor's) says what
-//! the store adds to what the kernel and the scheduler already cost.
+//! new token, timed on its thread as the read returns. It runs in the same process for
+//! every rotation, timed from the same rename as the store, so both see the same moment of
+//! the machine: on a machine busy with other work both rise together, and `ratio_p99` (the
+//! store's p99 over the floor's) says what the store adds to what the kernel and the
+//! scheduler already cost.
 //!
 //! For comparison, kube-rs re-reads its token file about 50 s after the last read, and
 //! client-go at most once a minute.
@@ -23,7 +30,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bearer_reload::TokenStore;
 use bearer_reload::source::FileSource;
@@ -126,11 +133,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 1..=ROTATIONS {
         let want = format!("Bearer token-{i}");
         floor.want.store(i, Ordering::Release);
+        // The two clocks read together, to place the token's wall-clock `loaded_at` on
+        // the monotonic clock of the rename.
+        let (wall, mono) = (SystemTime::now(), Instant::now());
         let renamed_at = volume.rotate(format!("token-{i}"))?;
         let store_seen = tokio::time::timeout(MISSED_AFTER, async {
             loop {
-                if store.current().header_value() == want.as_str() {
-                    return Instant::now();
+                let token = store.current();
+                if token.header_value() == want.as_str() {
+                    let after = token.loaded_at().duration_since(wall).unwrap_or_default();
+                    return mono + after;
                 }
                 rx.changed().await.expect("the store is alive");
             }

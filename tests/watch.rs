@@ -223,3 +223,38 @@ async fn watching_off_is_off() {
     let (_, store) = support::quiet_store(tmp.path(), "one").await;
     assert_eq!(store.status().watch, WatchState::Off);
 }
+
+/// A file on a local filesystem is read on the watcher's own thread when it changes: the
+/// rotation reaches the store with no tokio task run at all (the runtime that built it is
+/// not driven meanwhile), where a read through the store's task would wait for it.
+#[test]
+fn a_rotation_reaches_the_store_while_its_runtime_runs_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
+    let idle = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = idle.block_on(watched(&volume.token_path()));
+    let reads = store.status().reads;
+    // From here on `idle` runs nothing: its tasks (the watch loop, the store's reads)
+    // stay where they are.
+    let waiter = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for i in 2..=4 {
+        let token = format!("token-{i}");
+        volume.rotate(&token).unwrap();
+        waiter.block_on(wait_for_token(&store, &token));
+    }
+    let status = store.status();
+    assert_eq!(status.rotations, 3);
+    assert!(
+        status.reads > reads,
+        "the store's own reads: {reads} -> {}",
+        status.reads
+    );
+    drop(store);
+    drop(idle);
+}

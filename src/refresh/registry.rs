@@ -43,7 +43,7 @@ mod subscriber;
 mod table;
 
 use dispatch::dispatch;
-pub(super) use signal::Signal;
+pub(super) use signal::{ReadNow, Signal};
 pub(super) use subscriber::Subscriber;
 use table::{Dir, Table, identity, lost_reason, mark_lost};
 

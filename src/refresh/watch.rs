@@ -9,7 +9,14 @@
 //! watched and those no longer needed dropped), then reads the file with a read that
 //! starts after the event. The events of one rotation (a rename is two; a temporary file's
 //! are for another name) cost one read: those that came before the read started are
-//! answered by it. A read that fails right after an event (a half-written file) is retried
+//! answered by it.
+//!
+//! A file on a local filesystem is read before that, as the event comes, on the
+//! watcher's own thread ([`FileSource`](crate::source::FileSource) explains how that read
+//! cannot block): no tokio task, no blocking thread between the kernel's event and the new
+//! token. The loop then finds the event answered and reads nothing; it still follows the
+//! chain. Whatever that read cannot do (another source, a network mount, a failed read)
+//! is left to the loop's read, with its time limit and retries. A read that fails right after an event (a half-written file) is retried
 //! after 10, 50 and 250 ms, or sooner on the next event, and only the last failure is
 //! reported. Reads of the stores of one directory go through its
 //! [`read_limit`](super::registry::Registry::read_limit), a few at a time, so an event that
@@ -30,7 +37,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::chain::{ChainError, Start};
-use super::registry::{GLOBAL, Registry, Subscriber};
+use super::registry::{GLOBAL, ReadNow, Registry, Signal, Subscriber};
 use crate::source::Trigger;
 use crate::store::{OnFailure, Recency, WatchState, WeakStore};
 use crate::sync::lock;
@@ -94,7 +101,7 @@ fn watch_part(
     let mut watcher = Watcher {
         // Replaced by the directory's own once subscribed.
         reads: Arc::new(Semaphore::new(1)),
-        sub: Subscriber::new(registry),
+        sub: Subscriber::new(registry, Signal::reading(read_now(handle.clone()))),
         store: handle,
         start,
         seen: HashMap::new(),
@@ -106,6 +113,11 @@ fn watch_part(
     watcher.update();
     watcher.reads = registry.read_limit(watcher.start.dir());
     watcher.run()
+}
+
+/// Reads the store's file on the event's thread, when its source can without blocking.
+fn read_now(store: WeakStore) -> ReadNow {
+    Box::new(move || store.read_now(Trigger::Watch))
 }
 
 /// Runs every loop until all have ended.
@@ -187,7 +199,8 @@ impl Watcher {
             };
             loop {
                 let missed = self.update();
-                if !woken && !missed {
+                // Nothing to read: no event, or every event was read as it came.
+                if !missed && (!woken || self.sub.signal.answered()) {
                     break;
                 }
                 if !self.read().await {

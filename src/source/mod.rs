@@ -324,12 +324,22 @@ pub(crate) type BoxFetch<'a> = Pin<
 /// [`TokenSource`] with its types erased.
 pub(crate) trait DynSource: Send + Sync + 'static {
     fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_>;
+
+    /// The source's bytes, read on the calling thread when that cannot block (a
+    /// [`FileSource`] on a local filesystem); `None` for every other source, and whenever
+    /// the read could block or fails: the caller then fetches the usual way.
+    fn read_now(&self, max_size: usize) -> Option<Fetched>;
 }
 
 impl<S: TokenSource> DynSource for S {
     fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_> {
         let fetch = self.fetch(cx);
         Box::pin(async move { fetch.await.map_err(Into::into) })
+    }
+
+    fn read_now(&self, max_size: usize) -> Option<Fetched> {
+        let file = (self as &dyn std::any::Any).downcast_ref::<FileSource>()?;
+        file.read_now(max_size).map(Fetched::new)
     }
 }
 

@@ -68,8 +68,9 @@ impl Ask {
 pub(crate) struct Flight {
     /// The number of the last read started; the first read, at load, is 1.
     pub(crate) started: u64,
-    /// The read running now, and who asked for it.
-    running: Option<(Ask, AbortHandle)>,
+    /// The read running now, who asked for it, and its task (none for a read made on the
+    /// caller's thread: [`Shared::read_now`]).
+    running: Option<(Ask, Option<AbortHandle>)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
 }
@@ -92,7 +93,7 @@ impl Flight {
 
     /// Aborts the running read (the store is being dropped).
     pub(crate) fn abort(&mut self) {
-        if let Some((_, task)) = self.running.take() {
+        if let Some((_, Some(task))) = self.running.take() {
             task.abort();
         }
     }
@@ -136,29 +137,73 @@ impl Shared {
         drop(done);
         flight.started += 1;
         let n = flight.started;
-        let trigger = ask.trigger;
-        // The caller's runtime, which is being driven right now; the store's own (where
-        // it was built) when called from outside any runtime.
-        let runtime =
-            tokio::runtime::Handle::try_current().unwrap_or_else(|_| lock(&self.runtime).clone());
-        let task = runtime.spawn(read_loop(
-            Arc::downgrade(self),
-            self.source.clone(),
-            n,
-            trigger,
-        ));
-        flight.running = Some((ask, task.abort_handle()));
+        flight.running = Some((ask, Some(self.spawn_read(n, ask.trigger))));
         Ticket::Wait(n)
     }
 
+    /// Starts the task that runs read `n`, and any queued after it.
+    fn spawn_read(self: &Arc<Self>, n: u64, trigger: Trigger) -> AbortHandle {
+        // The caller's runtime, which is being driven right now; the store's own (where
+        // it was built) when called from outside any runtime (the watcher's thread).
+        let runtime =
+            tokio::runtime::Handle::try_current().unwrap_or_else(|_| lock(&self.runtime).clone());
+        runtime
+            .spawn(read_loop(
+                Arc::downgrade(self),
+                self.source.clone(),
+                n,
+                trigger,
+            ))
+            .abort_handle()
+    }
+
+    /// Reads the source on the calling thread (the watcher's, for an event) when it can
+    /// without blocking ([`DynSource::read_now`]) and no read is in flight, and installs
+    /// the result as a read of the store's own would. Returns whether the source's token
+    /// is now the store's (installed, or unchanged): `false` when nothing was read, or the
+    /// read failed (quietly: the caller's usual read follows, with its retries).
+    pub(crate) fn read_now(self: &Arc<Self>, trigger: Trigger) -> bool {
+        let before = {
+            let flight = lock(&self.flight);
+            if flight.running.is_some() {
+                return false;
+            }
+            flight.started
+        };
+        let Some(fetched) = self.source.read_now(self.config.max_size) else {
+            return false;
+        };
+        let n = {
+            let mut flight = lock(&self.flight);
+            // A read that started meanwhile may have read an older file: ours would be
+            // the later one, but a single flight never installs two reads at once.
+            if flight.running.is_some() || flight.started != before {
+                return false;
+            }
+            flight.started += 1;
+            let report = OnFailure::Quiet;
+            flight.running = Some((Ask { trigger, report }, None));
+            flight.started
+        };
+        let (installed, next) = self.finish(n, trigger, Ok(fetched));
+        if let Some((next, trigger)) = next {
+            let task = self.spawn_read(next, trigger);
+            if let Some((_, handle)) = &mut lock(&self.flight).running {
+                *handle = Some(task);
+            }
+        }
+        installed
+    }
+
     /// Ends read `n` with `result`: reports a failure if a caller asked for that,
-    /// publishes the result, and says which read to start next, if one was queued.
+    /// publishes the result, and says whether it installed the token (or found it
+    /// unchanged) and which read to start next, if one was queued.
     fn finish(
         &self,
         n: u64,
         trigger: Trigger,
         fetched: Result<Fetched, LoadError>,
-    ) -> Option<(u64, Trigger)> {
+    ) -> (bool, Option<(u64, Trigger)>) {
         super::Counters::bump(&self.counters.reads);
         let result = fetched.and_then(|f| self.install(f, trigger));
         self.telemetry.reload(trigger, &result);
@@ -167,12 +212,13 @@ impl Shared {
         if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
             self.report_failure(error, trigger);
         }
+        let installed = result.is_ok();
         self.done.send_replace(Done {
             read: n,
             result: Some(result),
         });
         self.check_expiry();
-        match flight.queued.take() {
+        let next = match flight.queued.take() {
             Some(next) => {
                 flight.started += 1;
                 if let Some((ask, _)) = &mut flight.running {
@@ -184,7 +230,8 @@ impl Shared {
                 flight.running = None;
                 None
             }
-        }
+        };
+        (installed, next)
     }
 }
 
@@ -236,7 +283,7 @@ async fn read_loop(
         let Some(shared) = store.upgrade() else {
             return;
         };
-        match shared.finish(n, trigger, fetched) {
+        match shared.finish(n, trigger, fetched).1 {
             Some(next) => (n, trigger) = next,
             None => {
                 unfinished.read = 0;
@@ -286,5 +333,17 @@ impl Drop for Unfinished {
             read: flight.started,
             result: Some(Err(error)),
         });
+    }
+}
+
+#[cfg(test)]
+impl Flight {
+    /// Marks a read as running, or none, as the read task does (tests of what waits).
+    pub(crate) fn pretend_running(&mut self, running: bool) {
+        let ask = Ask {
+            trigger: Trigger::Call,
+            report: OnFailure::Quiet,
+        };
+        self.running = running.then_some((ask, None));
     }
 }

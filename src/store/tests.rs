@@ -627,3 +627,53 @@ async fn a_handle_shows_its_source_while_the_store_lives() {
     drop(store);
     assert_eq!(format!("{handle:?}"), "WeakStore { source: None }");
 }
+
+#[tokio::test]
+async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "one").unwrap();
+    let store = crate::test_support::file(&path)
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let weak = store.downgrade();
+    let header = |store: &TokenStore| store.current().header_value().clone();
+
+    std::fs::write(&path, "two").unwrap();
+    assert!(weak.read_now(Trigger::Watch));
+    assert_eq!(header(&store), "Bearer two");
+    let status = store.status();
+    assert_eq!((status.reads, status.rotations), (2, 1));
+    // The same token again: still the file's, one more read, no rotation.
+    assert!(weak.read_now(Trigger::Watch));
+    assert_eq!((store.status().reads, store.status().rotations), (3, 1));
+
+    // A bad read is quiet (the watcher's own read follows, with its retries) and installs
+    // nothing.
+    std::fs::write(&path, " \n").unwrap();
+    assert!(!weak.read_now(Trigger::Watch));
+    assert_eq!(header(&store), "Bearer two");
+    assert!(store.status().last_error.is_none());
+    assert_eq!(store.status().failures, 0);
+
+    // While a read of the store's runs, none on the spot: one read at a time.
+    std::fs::write(&path, "three").unwrap();
+    lock(&store.shared.flight).pretend_running(true);
+    assert!(!weak.read_now(Trigger::Watch));
+    assert_eq!(header(&store), "Bearer two");
+    lock(&store.shared.flight).pretend_running(false);
+    assert!(weak.read_now(Trigger::Watch));
+    assert_eq!(header(&store), "Bearer three");
+
+    // A source that cannot read without blocking reads nothing on the spot.
+    let src = Scripted::new("four");
+    let other = src.loader().load().await.unwrap();
+    assert!(!other.downgrade().read_now(Trigger::Watch));
+    assert_eq!(src.calls.load(Ordering::SeqCst), 1, "the load's read only");
+
+    drop(store);
+    assert!(!weak.read_now(Trigger::Watch), "the store is gone");
+}

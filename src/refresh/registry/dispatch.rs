@@ -6,12 +6,12 @@
 //! all of its subscribers. An overflow of the event queue, or an error that names no
 //! watched directory, wakes every subscriber: events may have been lost.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
 use notify::{Event, EventKind};
 
-use super::{Dir, Table, mark_lost};
+use super::{Dir, Signal, Table, mark_lost};
 use crate::sync::lock;
 
 /// Whether an event can mean that the token file changed. Opening or reading a file (our
@@ -37,20 +37,38 @@ fn gone(kind: &EventKind) -> bool {
 }
 
 /// The event handler: wakes the subscribers an event concerns. Runs on notify's thread.
+///
+/// The subscribers of a name the event names are woken after the table's lock is released:
+/// each may read its file on this thread first ([`Signal::wake_reading`]).
 pub(super) fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Result<Event>) {
-    let mut table = lock(table);
+    let mut named = Vec::new();
+    {
+        let mut table = lock(table);
+        route(&mut table, instance, event, &mut named);
+    }
+    named.iter().for_each(|s| s.wake_reading());
+}
+
+/// Wakes the subscribers an event concerns as a whole directory, and collects in `named`
+/// those of the names it concerns.
+fn route(
+    table: &mut Table,
+    instance: u64,
+    event: notify::Result<Event>,
+    named: &mut Vec<Arc<Signal>>,
+) {
     let wake_everyone = |table: &Table| table.dirs.values().for_each(Dir::wake_all);
     match event {
         Ok(event) if event.need_rescan() => {
             tracing::debug!("file watcher overflow; re-reading every watched token");
-            wake_everyone(&table);
+            wake_everyone(table);
         }
         Ok(event) => {
-            if !relevant(&event.kind) {
+            if !relevant(&event.kind) || repeated_rename(table, &event) {
                 return;
             }
             if event.paths.is_empty() {
-                wake_everyone(&table);
+                wake_everyone(table);
                 return;
             }
             for path in &event.paths {
@@ -65,7 +83,7 @@ pub(super) fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Resul
                 if let (Some(dir), Some(name)) = (path.parent(), path.file_name())
                     && let Some(d) = table.dirs.get(dir)
                 {
-                    d.wake_name(name);
+                    named.extend(d.subscribers_of(name).cloned());
                 }
             }
         }
@@ -81,9 +99,28 @@ pub(super) fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Resul
                 }
             }
             if !matched {
-                wake_everyone(&table);
+                wake_everyone(table);
             }
         }
+    }
+}
+
+/// Whether `event` is the "both" event of a rename whose "from" and "to" came just before
+/// it (notify's inotify backend sends all three): it names nothing they did not, and would
+/// only cost each woken store a second read.
+fn repeated_rename(table: &mut Table, event: &Event) -> bool {
+    match event.kind {
+        EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
+            table.last_rename = event.tracker();
+            false
+        }
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both))
+            if event.tracker().is_some() && table.last_rename == event.tracker() =>
+        {
+            table.last_rename = None;
+            true
+        }
+        _ => false,
     }
 }
 

@@ -16,12 +16,13 @@ pub(crate) struct Subscriber {
 }
 
 impl Subscriber {
-    pub(crate) fn new(registry: &Arc<Registry>) -> Self {
+    /// A subscriber woken through `signal`, subscribed to nothing yet.
+    pub(crate) fn new(registry: &Arc<Registry>, signal: Signal) -> Self {
         registry.live.fetch_add(1, Ordering::Relaxed);
         Self {
             registry: registry.clone(),
             id: registry.next_id.fetch_add(1, Ordering::Relaxed),
-            signal: Arc::default(),
+            signal: Arc::new(signal),
             entries: Vec::new(),
         }
     }

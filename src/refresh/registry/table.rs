@@ -55,11 +55,9 @@ impl Dir {
             .for_each(|s| s.wake());
     }
 
-    /// Wakes the subscribers of one name.
-    pub(super) fn wake_name(&self, name: &OsStr) {
-        if let Some(subscribers) = self.names.get(name) {
-            subscribers.values().for_each(|s| s.wake());
-        }
+    /// The subscribers of one name.
+    pub(super) fn subscribers_of(&self, name: &OsStr) -> impl Iterator<Item = &Arc<Signal>> {
+        self.names.get(name).into_iter().flat_map(HashMap::values)
     }
 }
 
@@ -68,6 +66,9 @@ impl Dir {
 pub(super) struct Table {
     pub(super) dirs: HashMap<PathBuf, Dir>,
     pub(super) watched: usize,
+    /// The tracker of the last rename's "to" event: its "both" event, which follows,
+    /// reports the same rename again.
+    pub(super) last_rename: Option<usize>,
 }
 
 impl Table {

@@ -160,3 +160,81 @@ fn events_wake_the_subscribers_of_the_name_they_concern() {
     assert!(!lock(&table).dirs[Path::new("/w/a")].armed);
     assert!(lock(&table).dirs[Path::new("/w/b")].armed);
 }
+
+#[test]
+fn a_rename_counts_once_and_is_read_on_the_spot_for_the_names_it_concerns() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let reads = Arc::new(AtomicUsize::new(0));
+    let reader = |reads: &Arc<AtomicUsize>| {
+        let reads = reads.clone();
+        Arc::new(Signal::reading(Box::new(move || {
+            reads.fetch_add(1, Ordering::SeqCst);
+            true
+        })))
+    };
+    let (a, b) = (reader(&reads), reader(&reads));
+    let table = table(&[("/w/a", "token", &a), ("/w/b", "token", &b)]);
+    let rename = |mode, tracker, paths: &[&str]| {
+        let mut event = Event::new(EventKind::Modify(ModifyKind::Name(mode))).set_tracker(tracker);
+        for path in paths {
+            event = event.add_path(PathBuf::from(path));
+        }
+        Ok(event)
+    };
+
+    // A writer's temporary file renamed over the token: "from", "to", then "both".
+    dispatch(&table, 1, rename(RenameMode::From, 7, &["/w/a/.tmp"]));
+    dispatch(&table, 1, rename(RenameMode::To, 7, &["/w/a/token"]));
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "read on the spot");
+    assert!(
+        a.answered() && woken(&a),
+        "answered, and the loop woken to follow links"
+    );
+    dispatch(
+        &table,
+        1,
+        rename(RenameMode::Both, 7, &["/w/a/.tmp", "/w/a/token"]),
+    );
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        1,
+        "the same rename, not read again"
+    );
+    assert!(a.answered() && !woken(&a));
+    assert_eq!(a.events(), 1);
+
+    // A "both" of another rename than the last "to" is an event of its own.
+    dispatch(
+        &table,
+        1,
+        rename(RenameMode::Both, 8, &["/w/b/.tmp", "/w/b/token"]),
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
+    assert!(b.answered() && woken(&b));
+
+    // An event for the whole directory wakes without reading: it may concern thousands
+    // of files, read a few at a time by their loops. Not answered, so the loop reads.
+    dispatch(
+        &table,
+        1,
+        ev_dir(EventKind::Remove(notify::event::RemoveKind::Folder), "/w/a"),
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
+    assert!(!a.answered() && woken(&a));
+}
+
+#[test]
+fn a_read_on_the_spot_that_fails_leaves_the_event_to_the_loop() {
+    let signal = Signal::reading(Box::new(|| false));
+    signal.wake_reading();
+    assert!(!signal.answered());
+    assert!(woken(&signal));
+    // A signal with no reader counts and wakes the same way.
+    let plain = Signal::default();
+    plain.wake_reading();
+    assert!(!plain.answered() && woken(&plain));
+}
+
+fn ev_dir(kind: EventKind, path: &str) -> notify::Result<Event> {
+    Ok(Event::new(kind).add_path(PathBuf::from(path)))
+}
