@@ -6,6 +6,13 @@
 # at the end the medians of both builds and the worst round. Method: BENCHMARKS.md, "A/B".
 #
 #   benches/ab.sh BASE [ROUNDS]        e.g. benches/ab.sh e16f811 6
+#   benches/ab.sh --instructions BASE  instructions per request instead (callgrind)
+#
+# Timings on a shared 2-core machine swing by 30% from one run of a binary to the next.
+# `--instructions` counts instead, with valgrind's callgrind, what each variant executes per
+# request (the bench run at two sample counts, the difference over the requests added, so
+# that set-up and warm-up cancel out): the same number every run, for the request path's
+# code, though not its memory stalls.
 #
 # The base is checked out in a git worktree outside the repository ($AB_DIR, default
 # ${TMPDIR:-/tmp}/bearer-reload-ab), and the harness (this tree's, the same code for both)
@@ -13,7 +20,13 @@
 # construction follows the base's API (`--cfg ab_api="loader"` before
 # `TokenStore::builder`).
 set -euo pipefail
-base=${1:?usage: benches/ab.sh BASE [ROUNDS]}
+count=
+if [ "${1:-}" = --instructions ]; then
+    count=1
+    shift
+    command -v valgrind >/dev/null || { echo "--instructions needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+fi
+base=${1:?usage: benches/ab.sh [--instructions] BASE [ROUNDS]}
 rounds=${2:-4}
 top=$(git rev-parse --show-toplevel)
 cd "$top"
@@ -55,6 +68,35 @@ harness_copy "$work_dir/harness-work"
 base_bin=$(build "$work_dir/harness-base" "$base_tree" "$work_dir/target-base")
 work_bin=$(build "$work_dir/harness-work" "$top" "$work_dir/target-work")
 [ -n "$base_bin" ] && [ -n "$work_bin" ] || { echo "a build failed" >&2; exit 1; }
+
+# Instructions per request of one variant (both header shapes): callgrind's total at 300
+# and at 100 samples of 64 requests per shape, the difference over the 25,600 requests added.
+instructions() {
+    local bin=$1 variant=$2 totals=""
+    for n in 100 300; do
+        totals="$totals $(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+            "$bin" --bench "$variant" --sample-count "$n" 2>&1 >/dev/null |
+            sed -n 's/.*Collected : \([0-9]*\).*/\1/p')"
+    done
+    echo "$totals" | awk '{ printf "%.1f", ($2 - $1) / 25600 }'
+}
+
+if [ -n "$count" ]; then
+    printf "%-5s %14s %14s %10s\n" build ours static ours-static
+    for which in base work; do
+        bin=$base_bin
+        [ "$which" = work ] && bin=$work_bin
+        ours=$(instructions "$bin" bearer_layer)
+        stat=$(instructions "$bin" tower_http_static)
+        printf "%-5s %14s %14s %+10.1f\n" "$which" "$ours" "$stat" "$(awk "BEGIN { print $ours - $stat }")"
+        eval "extra_$which=$(awk "BEGIN { print $ours - $stat }")"
+    done
+    # The static layer's code is the same in both builds; what its count moves by is the
+    # set-up's (the allocator's state), so the request path's change is ours-static's.
+    printf "ours-static, work - base: %+.1f instructions per request\n" \
+        "$(awk "BEGIN { print $extra_work - $extra_base }")"
+    exit 0
+fi
 
 # Medians of one run: "ours_one static_one ours_empty static_empty", in ns.
 medians() {

@@ -85,6 +85,8 @@ fn bearer_layer(bencher: Bencher<'_, '_>, headers: Headers) {
 
 #[divan::bench(args = SHAPES)]
 fn tower_http_static(bencher: Bencher<'_, '_>, headers: Headers) {
+    // The same set-up as `bearer_layer`, for the allocator's sake (see `per_request`).
+    let _heap = store();
     let layer = AddAuthorizationLayer::bearer(&token(0)).as_sensitive(true);
     bench(bencher, layer.layer(Echo), headers);
 }

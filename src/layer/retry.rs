@@ -35,7 +35,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let sent = self.auth.authorize(req.headers_mut());
+        let sent = Some(self.auth.authorize(req.headers_mut())).filter(|&g| g != super::KEPT);
         // Only our own token is ours to refresh: a request that kept its own header is
         // passed through as it is.
         let replay = sent.and_then(|_| clone_request(&req));
