@@ -39,8 +39,8 @@
 //! store. Until that reload has installed the new token (a file: well under a millisecond;
 //! an exec plugin or a TokenRequest: the time they take), requests still carry the refused
 //! token and meet their own 401: in the `revocation` example (4 clients, a server that
-//! revokes at each rotation), about ten requests a rotation. They cost no read: one read
-//! answers every refusal of one token. With
+//! revokes the moment the file rotates), one request in nine rotations (`mode=no-retry`).
+//! They cost no read: one read answers every refusal of one token. With
 //! [`retry_unauthorized`](BearerLayer::retry_unauthorized) each of them is sent again with
 //! the new token. The request path itself never waits: a refused token costs nothing until
 //! a response says so.

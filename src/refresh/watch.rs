@@ -7,9 +7,9 @@
 //! each in its directory, and waits on a coalescing [`Signal`](super::registry::Signal).
 //! On each wake-up it resolves the chain again (a link re-pointed: the new directories are
 //! watched and those no longer needed dropped), then reads the file with a read that
-//! starts after the event. The events of one rotation (a rename is two; a temporary file's
-//! are for another name) cost one read: those that came before the read started are
-//! answered by it.
+//! starts after the event. The events of one rotation (a truncate, then a write; a
+//! temporary file's are for another name) cost one read: those that came before the read
+//! started are answered by it.
 //!
 //! A file on a local filesystem is read before that, as the event comes, on the
 //! watcher's own thread ([`FileSource`](crate::source::FileSource) explains how that read

@@ -14,8 +14,9 @@ pub(crate) type ReadNow = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// A coalescing wake-up ([`Notify`]) with a count of the events behind it.
 ///
-/// A writer's rotation is a burst of events for one name (a rename alone is two: its
-/// "to" and its "both"). The first wakes the subscriber; the others usually arrive before
+/// A writer's rotation is a burst of events for the names of one chain (a truncate, then
+/// a write and its close; the kubelet's swap of `..data`, then the removal of the old
+/// directory). The first wakes the subscriber; the others usually arrive before
 /// it has started its read, which answers them too: [`settle`](Self::settle) then drops
 /// the wake-up they left, so that the burst costs one read, not two.
 ///
