@@ -258,3 +258,38 @@ fn a_rotation_reaches_the_store_while_its_runtime_runs_nothing() {
     drop(store);
     drop(idle);
 }
+
+/// A link re-pointed to another directory is read at once on the watcher's thread, before
+/// the store's loop has watched that directory. What is written there before the loop
+/// watches it sends no event: the loop reads again once it does.
+#[test]
+fn a_new_target_is_read_again_once_its_directory_is_watched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    for dir in ["app", "a", "b"] {
+        std::fs::create_dir(root.join(dir)).unwrap();
+    }
+    std::fs::write(root.join("a/token"), "a-one").unwrap();
+    std::fs::write(root.join("b/token"), "b-one").unwrap();
+    let link = root.join("app/token");
+    // Relative links, as the kubelet makes them: an absolute one may count as leaving
+    // the directory's mount (`RESOLVE_NO_XDEV`), and is then read the usual way.
+    std::os::unix::fs::symlink("../a/token", &link).unwrap();
+    let idle = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = idle.block_on(watched(&link));
+    let waiter = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // Re-pointed as `ln -sfn` does: a new link renamed over the old one.
+    std::os::unix::fs::symlink("../b/token", root.join("app/.tmp")).unwrap();
+    std::fs::rename(root.join("app/.tmp"), &link).unwrap();
+    waiter.block_on(wait_for_token(&store, "b-one"));
+    // `idle` has run nothing since: the store's loop has not watched `b` yet.
+    rename_over(&root.join("b/token"), "b-two").unwrap();
+    idle.block_on(wait_for_token(&store, "b-two"));
+}

@@ -222,8 +222,9 @@ impl Watcher {
     }
 
     /// Resolves the chain again, watches what it needs, and reports the watch state.
-    /// Returns whether a directory was armed again since it was last seen: its events may
-    /// have been missed meanwhile.
+    /// Returns whether a directory was armed since it was last seen, again or for the
+    /// first time (a link re-pointed into it): what was written there before is in no
+    /// event, and no read on the event's thread saw it after the watch began.
     fn update(&mut self) -> bool {
         let chain = self.start.resolve();
         if chain.error.is_some() && chain.error != self.chain_error {
@@ -239,8 +240,8 @@ impl Watcher {
         let mut seen = HashMap::new();
         for (dir, state) in self.sub.watch(chain.entries) {
             let epoch = state.as_ref().ok().copied();
-            if let (Some(now), Some(&before)) = (epoch, self.seen.get(&dir)) {
-                missed |= before != Some(now);
+            if let Some(now) = epoch {
+                missed |= self.seen.get(&dir) != Some(&Some(now));
             }
             if let Err(reason) = state {
                 problem.get_or_insert(reason);

@@ -12,7 +12,9 @@
 //!   up anything that is not in the kernel's cache, and must still be the device the slow
 //!   path checked (`statx` with `AT_STATX_DONT_SYNC`: cached attributes, no round trip);
 //! - the file is opened from there with `RESOLVE_NO_XDEV`, so its symlinks cannot lead
-//!   off that filesystem (not with `RESOLVE_CACHED`: a symlink the writer just made, as
+//!   off that filesystem (an absolute link may count as leaving it, where the process's
+//!   root is another mount: the usual read takes it; not with `RESOLVE_CACHED`: a
+//!   symlink the writer just made, as
 //!   the kubelet does at each rotation, has its access time to update, which a cached
 //!   lookup refuses), and `O_NONBLOCK`, so a FIFO does not wait for a writer; only a
 //!   regular file is read;
