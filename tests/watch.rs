@@ -290,6 +290,6 @@ fn a_new_target_is_read_again_once_its_directory_is_watched() {
     std::fs::rename(root.join("app/.tmp"), &link).unwrap();
     waiter.block_on(wait_for_token(&store, "b-one"));
     // `idle` has run nothing since: the store's loop has not watched `b` yet.
-    rename_over(&root.join("b/token"), "b-two").unwrap();
+    rename_over(root.join("b/token"), "b-two").unwrap();
     idle.block_on(wait_for_token(&store, "b-two"));
 }
