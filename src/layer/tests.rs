@@ -385,3 +385,19 @@ async fn a_refusal_goes_back_at_once_and_one_read_answers_every_refusal_meanwhil
     assert_eq!(res.into_body().unwrap(), "Bearer new");
     assert_eq!(store.status().reads, 2, "the load and the one read");
 }
+
+#[tokio::test]
+async fn a_response_future_shows_the_generation_it_sent_and_no_token() {
+    let (_source, store) = Source::store("secret-token-value").await;
+    let mut svc = BearerLayer::new(store).layer(server("Bearer secret-token-value"));
+    let ours = svc.call(Request::new(()));
+    let shown = format!("{ours:?}");
+    assert!(shown.contains("sent: Some(1)"), "{shown}");
+    assert!(!shown.contains("secret"), "{shown}");
+    let own = Request::builder()
+        .header(AUTHORIZATION, "Basic dXNlcg==")
+        .body(())
+        .unwrap();
+    let kept = svc.call(own);
+    assert!(format!("{kept:?}").contains("sent: None"), "{kept:?}");
+}
