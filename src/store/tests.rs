@@ -643,8 +643,13 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
     let header = |store: &TokenStore| store.current().header_value().clone();
 
     std::fs::write(&path, "two").unwrap();
+    let before = lock(&store.shared.flight).started;
     assert!(weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer two");
+    // Numbered as the store's reads are: a caller waiting for a read after `before` is
+    // answered by this one.
+    assert_eq!(lock(&store.shared.flight).started, before + 1);
+    assert_eq!(store.shared.done.borrow().read, before + 1);
     let status = store.status();
     assert_eq!((status.reads, status.rotations), (2, 1));
     // The same token again: still the file's, one more read, no rotation.

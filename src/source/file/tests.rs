@@ -241,3 +241,18 @@ fn only_local_filesystems_are_read_on_the_spot() {
     assert_eq!(now::LocalDir::check(Path::new("/proc/self")), None);
     assert_eq!(now::LocalDir::check(&dir.path().join("missing")), None);
 }
+
+#[test]
+fn a_bare_file_name_is_read_on_the_spot_from_the_working_directory() {
+    let source = FileSource::new("token");
+    assert_eq!(
+        source.split(),
+        Some((Path::new("."), std::ffi::OsStr::new("token")))
+    );
+    let nested = FileSource::new("/run/secrets/token");
+    assert_eq!(
+        nested.split(),
+        Some((Path::new("/run/secrets"), std::ffi::OsStr::new("token")))
+    );
+    assert_eq!(FileSource::new("/").split(), None);
+}
