@@ -1,5 +1,5 @@
 //! A kubeconfig user whose client certificate rotates under load: this crate's
-//! `kube::client` and kube's own client, built from the same kubeconfig, against the same
+//! `bearer_reload::kube::Credentials` and kube's own client, built from the same kubeconfig, against the same
 //! HTTPS server, which refuses each old certificate the moment its successor is written
 //! (a revoking rotation: the worst case, and what a CA that rotates on compromise does).
 //!
@@ -19,6 +19,7 @@ mod mtls;
 #[path = "../tests/support/pki.rs"]
 mod pki;
 
+use bearer_reload::kube::Credentials;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -100,8 +101,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .push((HeaderName::from_static("x-client"), value));
         config
     };
+    let ours = tagged(CLIENTS[0]);
     let clients = [
-        bearer_reload::kube::client(tagged(CLIENTS[0])).await?,
+        Credentials::load(&ours).await?.client(ours)?,
         kube::Client::try_from(tagged(CLIENTS[1]))?,
     ];
 

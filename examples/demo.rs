@@ -15,6 +15,7 @@ mod serve;
 #[path = "../tests/support/tls.rs"]
 mod tls;
 
+use bearer_reload::kube::Credentials;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -190,11 +191,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         &KubeConfigOptions::default(),
     )
     .await?;
-    let store = bearer_reload::kube::token_store(&config)?
+    let store = Credentials::token_store(&config)?
         .expect("the kubeconfig uses a token file")
         .load()
         .await?;
-    let ours = bearer_reload::kube::client_with(config.clone(), store.clone())?;
+    let ours = Credentials::from(store.clone()).client(config.clone())?;
     let builtin = kube::Client::try_from(config.clone())?;
     let read_once = {
         let token = std::fs::read_to_string(projected.token_path())?;

@@ -32,6 +32,7 @@ mod serve;
 #[path = "../tests/support/tls.rs"]
 mod tls;
 
+use bearer_reload::kube::Credentials;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -95,7 +96,10 @@ async fn main() -> Result<(), BoxError> {
             Ok::<_, BoxError>(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
         }
     };
-    let reloading = bearer_reload::kube::client(config(&ours).await?).await?;
+    let reloading = {
+        let config = config(&ours).await?;
+        Credentials::load(&config).await?.client(config)?
+    };
     // kube runs the plugin while building its client (blocking): off the async workers.
     let builtin = {
         let config = config(&theirs).await?;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use bearer_reload::kube::{client_with, token_store};
+use bearer_reload::kube::Credentials;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,14 +27,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    // One line for most apps: `bearer_reload::kube::client(config).await?`. Here the store
-    // is kept, for its status.
+    // Most apps need no more than `Credentials::load(&config).await?.client(config)?`.
+    // Here the token store is built by hand and kept, for its status.
     let config = kube::Config::incluster()?;
-    let store = token_store(&config)?
+    let store = Credentials::token_store(&config)?
         .expect("the in-cluster config reads a token file")
         .load()
         .await?;
-    let client = client_with(config, store.clone())?;
+    let client = Credentials::from(store.clone()).client(config)?;
     for _ in 0..6 {
         let version = client.apiserver_version().await?;
         let status = store.status();

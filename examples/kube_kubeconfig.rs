@@ -8,7 +8,7 @@
 //!
 //! Without a kubeconfig it says what it would do and exits.
 
-use bearer_reload::kube::{client_with, token_store};
+use bearer_reload::kube::Credentials;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -32,11 +32,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     };
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = match token_store(&config)? {
+    let client = match Credentials::token_store(&config)? {
         Some(builder) => {
             let store = builder.load().await?;
             println!("reloading {} ({})", store.current(), store.status().source);
-            client_with(config, store)?
+            Credentials::from(store).client(config)?
         }
         None => {
             println!("this user has neither a tokenFile nor an exec plugin: kube's own client");

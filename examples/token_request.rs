@@ -149,12 +149,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         if t % (4 * 3600) == 0 {
             let status = store.status();
             println!(
-                "  t={:>2}h api_calls={} generation={} failures={} freshness={:?}",
+                "  t={:>2}h api_calls={} generation={} failures={} expired={}",
                 t / 3600,
                 tokens.received(),
                 status.generation,
                 status.failures,
-                status.freshness
+                status.expired
             );
         }
     }

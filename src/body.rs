@@ -108,34 +108,27 @@ impl TryCloneBody for kube::client::Body {
 /// The default limit of a [`ReplayBody`]: 64 KiB.
 const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 
-/// The error type most bodies' errors convert into.
+/// The error type most bodies' errors convert into, and a [`ReplayBody`]'s.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Why a [`ReplayBody`] ended with an error.
-///
-/// Not generic over the wrapped body's error, which is boxed, so that it is an
-/// `std::error::Error` for every body (a body whose error is itself a
-/// `Box<dyn Error + Send + Sync>` included) and the wrapped error stays in its source
-/// chain (tonic finds a `Status` there).
+/// Why a copy of a [`ReplayBody`] cannot be sent whole: the body outgrew the replay limit
+/// before the copy was asked for, or another copy took the body over while this one was
+/// being sent. The body ends with this error rather than short, so that a truncated
+/// request is never sent as if it were complete.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReplayError {
-    /// The wrapped body failed.
-    #[error("the request body failed")]
-    Body(#[source] BoxError),
-    /// This copy cannot be sent whole: the body outgrew the replay limit before the copy
-    /// was asked for, or another copy took the body over while this one was being sent.
-    /// The body ends with this error rather than short, so that a truncated request is
-    /// never sent as if it were complete.
-    #[error("the request body cannot be sent whole again (replay limit {limit} bytes)")]
-    Incomplete {
-        /// The replay limit.
-        limit: usize,
-    },
+#[error("the request body cannot be sent whole again (replay limit {limit} bytes)")]
+pub(crate) struct Incomplete {
+    /// The replay limit.
+    pub(crate) limit: usize,
 }
 
 /// A body wrapper that keeps a copy of the chunks it streams, up to a limit, so that the
 /// request can be sent a second time.
+///
+/// Its error is the wrapped body's own, boxed (tonic finds its `Status` there), or, for a
+/// copy that cannot be sent whole (the body outgrew the limit, or another copy took it
+/// over while this one was being sent), an error that says so: such a copy ends with an
+/// error rather than short, so that a truncated request is never sent as if complete.
 ///
 /// Nothing is read ahead: the copy is made as the first attempt sends the body. A body
 /// that streams more than the limit is sent normally, and its request is not retried; a
@@ -262,7 +255,7 @@ where
     B::Error: Into<BoxError>,
 {
     type Data = Bytes;
-    type Error = ReplayError;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -275,7 +268,7 @@ where
         if superseded || unrecorded {
             // A replay took the body over while this attempt was being sent; or this is a
             // replay of a record that is incomplete. Either way this copy is not whole.
-            return Poll::Ready(Some(Err(ReplayError::Incomplete { limit: state.limit })));
+            return Poll::Ready(Some(Err(Incomplete { limit: state.limit }.into())));
         }
         state.reader = this.id;
         if let Some(chunk) = state.chunks.get(this.pos) {
@@ -298,7 +291,7 @@ where
             }
             Some(Err(e)) => {
                 state.failed = true;
-                return Poll::Ready(Some(Err(ReplayError::Body(e.into()))));
+                return Poll::Ready(Some(Err(e.into())));
             }
             Some(Ok(frame)) => frame,
         };

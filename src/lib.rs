@@ -40,7 +40,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! For kube-rs, [`kube::client`] builds the whole client in one line (feature `kube`).
+//! For kube-rs, [`kube::Credentials`] builds the whole client (feature `kube`).
 //!
 //! # How it fits together
 //!
@@ -52,8 +52,7 @@
 //!   ([`FnSource`](source::FnSource)) and, with feature `kube`, the TokenRequest API
 //!   ([`TokenRequestSource`]: audience-bound service-account tokens).
 //! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
-//!   the token says about itself ([`TokenKind`](token::TokenKind): a JWT's claims, a
-//!   bootstrap token's id).
+//!   the token says about itself (a JWT's subject and dates, a bootstrap token's id).
 //! - [`store`]: the current token behind an atomic pointer ([`TokenStore`]); single-flight
 //!   reads that keep the last good token; [`Status`]. [`TokenStore::builder`] builds one on
 //!   any source ([`StoreBuilder`]) and starts what keeps it fresh: the timer, and for a
@@ -72,7 +71,7 @@
 //! |---|---|---|
 //! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, rustls + ring); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
 //! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
-//! | `tls` | [`tls`] | client certificates ([`tls::IdentityStore`]) and CA bundles ([`tls::RootStore`]) that rotate, a rustls resolver and verifier over them, and [`tls::HttpsClient`], which retires its connections on rotation; certificate users in [`kube::client`] |
+//! | `tls` | [`tls`] | client certificates ([`tls::IdentityStore`]) and CA bundles ([`tls::RootStore`]) that rotate, a rustls resolver and verifier over them, and [`tls::HttpsClient`], which retires its connections on rotation; certificate users in [`kube::Credentials`] |
 //! | `oauth2` | [`oauth2`] | OAuth 2.0 service tokens: the client-credentials grant and token exchange as sources |
 //! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
 //! | `testing` | [`testing`] | a kubelet-faithful token writer for your own tests; [`StoreBuilder::simulated_clock`] |
@@ -107,7 +106,7 @@
 )]
 #![cfg_attr(
     not(feature = "kube"),
-    doc = "[`kube`]: #feature-flags\n[`kube::client`]: #feature-flags\n[`TokenRequestSource`]: #feature-flags"
+    doc = "[`kube`]: #feature-flags\n[`kube::Credentials`]: #feature-flags\n[`TokenRequestSource`]: #feature-flags"
 )]
 #![cfg_attr(
     feature = "reqwest",

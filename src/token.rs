@@ -1,20 +1,22 @@
 //! A bearer token: bytes from a source, validated, trimmed, and prebuilt as a sensitive
 //! header.
 //!
-//! A [`Token`] never shows its secret: `Debug` and `Display` print a short
-//! [`Fingerprint`] (the first 8 hex digits of the SHA-256 of the token), which is enough to
-//! tell two tokens apart in logs, and what the token says about itself without its secret
-//! part ([`TokenKind`]):
+//! A [`Token`] never shows its secret: `Debug` and `Display` print a short fingerprint
+//! (the first 8 hex digits of the SHA-256 of the token), which is enough to tell two
+//! tokens apart in logs, and what the token says about itself without its secret part:
 //!
-//! - a **JWT** (three base64url parts): its [`Claims`], read without verifying the
-//!   signature; logs show `sub`, `exp` and the Kubernetes `warnafter` hint;
+//! - a **JWT** (three base64url parts): its claims, read without verifying the signature;
+//!   logs show `sub`, `exp` and the Kubernetes `warnafter` hint, and
+//!   [`subject`](Token::subject), [`expires_at`](Token::expires_at) and
+//!   [`rotate_hint`](Token::rotate_hint) return them;
 //! - a kubeadm **bootstrap token** (`abcdef.0123456789abcdef`): its public id, the part
-//!   before the dot; the rest is the secret;
+//!   before the dot (the API server's user `system:bootstrap:<id>`); the rest is the
+//!   secret;
 //! - anything else is **opaque**. A token that looks like a JWT but does not decode is a
 //!   valid opaque bearer token, just without claims.
 //!
 //! ```
-//! use bearer_reload::token::{Token, TokenError, TokenKind};
+//! use bearer_reload::token::{Token, TokenError};
 //!
 //! // `echo $TOKEN > file` leaves a newline: it is trimmed.
 //! let token = Token::parse(b"abc.def\n").unwrap();
@@ -28,9 +30,21 @@
 //!
 //! // A bootstrap token shows its id, never its secret.
 //! let token = Token::parse(b"07401b.f395accd246ae52d").unwrap();
-//! assert_eq!(token.kind(), &TokenKind::Bootstrap { id: "07401b".into() });
+//! assert_eq!(token.subject(), Some("system:bootstrap:07401b"));
 //! let shown = format!("{token} {token:?}");
 //! assert!(shown.contains("07401b") && !shown.contains("f395accd246ae52d"));
+//!
+//! // A JWT: {"alg":"none"} . {"sub":"system:serviceaccount:default:app","exp":1800000000} .
+//! let jwt = Token::parse(
+//!     b"eyJhbGciOiJub25lIn0\
+//!       .eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6ZGVmYXVsdDphcHAiLCJleHAiOjE4MDAwMDAwMDB9.",
+//! )
+//! .unwrap();
+//! assert_eq!(jwt.subject(), Some("system:serviceaccount:default:app"));
+//! assert_eq!(
+//!     jwt.expires_at(),
+//!     Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000))
+//! );
 //! ```
 
 use std::fmt;
@@ -43,7 +57,17 @@ use crate::clock::Rfc3339;
 
 pub(crate) mod claims;
 
-pub use claims::{Claims, Freshness};
+/// What the token says about itself (its kind and claims, in full) and how it stands
+/// against `now`, for the fuzz targets (`--cfg fuzzing`, which cargo-fuzz sets; never in a
+/// normal build): the claims' `Debug`, which must hold no secret.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub fn fuzz_claims(token: &Token, now: SystemTime) -> String {
+    let _ = (token.freshness_at(now), token.is_expired_at(now));
+    format!("{:?} {:?}", token.kind(), token.subject())
+}
+
+pub(crate) use claims::{Claims, Freshness};
 
 /// The default cap on the size of a token, in bytes as the source gives them: 64 KiB.
 pub(crate) const DEFAULT_MAX_SIZE: usize = 64 * 1024;
@@ -86,7 +110,7 @@ pub enum TokenError {
 
 /// A short, non-secret identifier of a token: the first 8 hex digits of its SHA-256.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint([u8; 4]);
+pub(crate) struct Fingerprint([u8; 4]);
 
 impl Fingerprint {
     fn of(digest: &[u8; 32]) -> Self {
@@ -115,25 +139,15 @@ impl fmt::Debug for Fingerprint {
 }
 
 /// What a token is, as far as can be told without verifying it. Holds no secret.
-///
-/// ```
-/// use bearer_reload::token::{Token, TokenKind};
-///
-/// let kind = |t: &str| Token::parse(t.as_bytes()).unwrap().kind().clone();
-/// assert_eq!(kind("abcdef.0123456789abcdef"), TokenKind::Bootstrap { id: "abcdef".into() });
-/// // Not quite a bootstrap token (upper case), nor a JWT (the parts are not JSON).
-/// assert_eq!(kind("ABCDEF.0123456789abcdef"), TokenKind::Opaque);
-/// assert_eq!(kind("aaaa.bbbb.cccc"), TokenKind::Opaque);
-/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TokenKind {
+pub(crate) enum TokenKind {
     /// A JWT, with the claims read from its payload (the signature is not verified).
     Jwt(Claims),
     /// A kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
     Bootstrap {
-        /// The public token id: the six characters before the dot.
-        id: String,
+        /// The user the API server authenticates it as: `system:bootstrap:` and the
+        /// public token id, the six characters before the dot.
+        user: String,
     },
     /// Any other token.
     Opaque,
@@ -142,7 +156,9 @@ pub enum TokenKind {
 impl TokenKind {
     fn detect(token: &str) -> Self {
         if let Some(id) = bootstrap_id(token) {
-            TokenKind::Bootstrap { id: id.to_owned() }
+            TokenKind::Bootstrap {
+                user: format!("{BOOTSTRAP_USER}{id}"),
+            }
         } else if let Some(claims) = claims::decode(token) {
             TokenKind::Jwt(claims)
         } else {
@@ -151,7 +167,7 @@ impl TokenKind {
     }
 
     /// A short name: `jwt`, `bootstrap` or `opaque`.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             TokenKind::Jwt(_) => "jwt",
             TokenKind::Bootstrap { .. } => "bootstrap",
@@ -160,12 +176,20 @@ impl TokenKind {
     }
 
     /// The JWT's claims, if the token is a JWT.
-    pub fn claims(&self) -> Option<&Claims> {
+    pub(crate) fn claims(&self) -> Option<&Claims> {
         match self {
             TokenKind::Jwt(claims) => Some(claims),
             _ => None,
         }
     }
+}
+
+/// What the API server calls the user of a bootstrap token, before its id.
+const BOOTSTRAP_USER: &str = "system:bootstrap:";
+
+/// The id in a bootstrap token's user name.
+fn bootstrap_id_of(user: &str) -> &str {
+    user.strip_prefix(BOOTSTRAP_USER).unwrap_or(user)
 }
 
 /// The id of a kubeadm bootstrap token: `[a-z0-9]{6}\.[a-z0-9]{16}`.
@@ -203,18 +227,25 @@ pub struct Token {
 /// A value kept beside a token: what logs show instead of the placeholder token.
 pub(crate) type Attached = std::sync::Arc<dyn AttachedValue>;
 
-/// What can be kept beside a token.
-pub(crate) trait AttachedValue: std::any::Any + fmt::Display + Send + Sync {}
-
-impl<T: std::any::Any + fmt::Display + Send + Sync> AttachedValue for T {}
+/// What can be kept beside a token: a credential of another kind (feature `tls`), which
+/// speaks for its placeholder token in logs and in the store's status.
+pub(crate) trait AttachedValue: std::any::Any + fmt::Display + Send + Sync {
+    /// Whom the credential names.
+    fn subject(&self) -> Option<&str>;
+    /// Its fingerprint, when it has one of its own.
+    fn fingerprint(&self) -> Option<String>;
+    /// Whether it is no longer valid at `now`.
+    fn is_expired_at(&self, now: SystemTime) -> bool;
+}
 
 impl Token {
     /// Validates `bytes` as a token: trims leading and trailing ASCII whitespace, then
     /// requires at least one byte, only visible ASCII, and at most 64 KiB of input (a
     /// store's cap is [`max_size`](crate::StoreBuilder::max_size)).
     ///
-    /// Also tells the token's [`kind`](Token::kind). A token that looks like a JWT but does
-    /// not decode is accepted as opaque: only the server can say whether it is valid.
+    /// Also reads what the token says about itself (see the [module docs](self)). A token
+    /// that looks like a JWT but does not decode is accepted as opaque: only the server
+    /// can say whether it is valid.
     pub fn parse(bytes: &[u8]) -> Result<Self, TokenError> {
         Self::parse_capped(bytes, DEFAULT_MAX_SIZE)
     }
@@ -283,8 +314,22 @@ impl Token {
     }
 
     /// What the token is: a JWT with its claims, a bootstrap token with its id, or opaque.
-    pub fn kind(&self) -> &TokenKind {
+    pub(crate) fn kind(&self) -> &TokenKind {
         &self.kind
+    }
+
+    /// Whom the token is for, when it says: a JWT's `sub`
+    /// (`system:serviceaccount:<namespace>:<name>` for a Kubernetes service account), or
+    /// the user a bootstrap token authenticates as (`system:bootstrap:<id>`). Never secret.
+    pub fn subject(&self) -> Option<&str> {
+        if let Some(value) = &self.attached {
+            return value.subject();
+        }
+        match &self.kind {
+            TokenKind::Jwt(claims) => claims.sub.as_deref(),
+            TokenKind::Bootstrap { user } => Some(user),
+            TokenKind::Opaque => None,
+        }
     }
 
     /// When the token expires: the expiry its source gave (an exec plugin's
@@ -305,14 +350,15 @@ impl Token {
     }
 
     /// When the token is due to be replaced: a JWT's `warnafter`, else its `exp`; `None`
-    /// for other kinds. See [`Claims::rotate_hint`].
+    /// for other kinds. For a token whose `exp` the API server extended to a year, this is
+    /// the token's real lifetime (`warnafter`), not the year.
     pub fn rotate_hint(&self) -> Option<SystemTime> {
         self.kind.claims().and_then(Claims::rotate_hint)
     }
 
     /// How the token stands at `now` against the dates in its claims, and the expiry its
     /// source gave.
-    pub fn freshness_at(&self, now: SystemTime) -> Freshness {
+    pub(crate) fn freshness_at(&self, now: SystemTime) -> Freshness {
         let claims = self
             .kind
             .claims()
@@ -324,13 +370,30 @@ impl Token {
         }
     }
 
+    /// Whether the token (or the credential beside it) has expired at `now`.
+    pub(crate) fn is_expired_at(&self, now: SystemTime) -> bool {
+        match &self.attached {
+            Some(value) => value.is_expired_at(now),
+            None => self.freshness_at(now) == Freshness::Expired,
+        }
+    }
+
     /// The `Authorization` header value, `Bearer <token>`, marked sensitive.
     pub fn header_value(&self) -> &HeaderValue {
         &self.header
     }
 
-    /// The token's fingerprint, safe to log.
-    pub fn fingerprint(&self) -> Fingerprint {
+    /// The token's fingerprint, safe to log: the first 8 hex digits of the SHA-256 of the
+    /// token (`1a2b3c4d`).
+    pub fn fingerprint(&self) -> String {
+        self.attached
+            .as_ref()
+            .and_then(|value| value.fingerprint())
+            .unwrap_or_else(|| self.short_fingerprint().to_string())
+    }
+
+    /// The fingerprint, as logs show it and timers key their jitter on.
+    pub(crate) fn short_fingerprint(&self) -> Fingerprint {
         Fingerprint::of(&self.digest)
     }
 
@@ -374,7 +437,7 @@ impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Token");
         d.field("kind", &format_args!("{}", self.kind.name()))
-            .field("fingerprint", &self.fingerprint())
+            .field("fingerprint", &self.short_fingerprint())
             .field("generation", &self.generation);
         match &self.kind {
             TokenKind::Jwt(claims) => {
@@ -388,8 +451,8 @@ impl fmt::Debug for Token {
                     d.field("warnafter", &Rfc3339(warnafter));
                 }
             }
-            TokenKind::Bootstrap { id } => {
-                d.field("id", id);
+            TokenKind::Bootstrap { user } => {
+                d.field("id", &bootstrap_id_of(user));
             }
             TokenKind::Opaque => {}
         }
@@ -404,7 +467,7 @@ impl fmt::Display for Token {
         if let Some(value) = &self.attached {
             return fmt::Display::fmt(value, f);
         }
-        write!(f, "{} token {}", self.kind.name(), self.fingerprint())?;
+        write!(f, "{} token {}", self.kind.name(), self.short_fingerprint())?;
         match &self.kind {
             TokenKind::Jwt(claims) => {
                 let summary = claims.summary().to_string();
@@ -413,7 +476,7 @@ impl fmt::Display for Token {
                 }
                 Ok(())
             }
-            TokenKind::Bootstrap { id } => write!(f, " (id {id})"),
+            TokenKind::Bootstrap { user } => write!(f, " (id {})", bootstrap_id_of(user)),
             TokenKind::Opaque => Ok(()),
         }
     }

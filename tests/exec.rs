@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bearer_reload::kube::{client, client_with, token_store};
+use bearer_reload::kube::Credentials;
 use bearer_reload::source::ExecError;
 use bearer_reload::{LoadError, StoreBuilder, TokenStore};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -36,11 +36,11 @@ async fn reloading(
     config: Config,
     options: impl FnOnce(StoreBuilder) -> StoreBuilder,
 ) -> (Api<ConfigMap>, TokenStore) {
-    let builder = token_store(&config)
+    let builder = Credentials::token_store(&config)
         .unwrap()
         .expect("an exec config has a store");
     let store = options(builder).load().await.unwrap();
-    let client = client_with(config, store.clone()).unwrap();
+    let client = Credentials::from(store.clone()).client(config).unwrap();
     (Api::default_namespaced(client), store)
 }
 
@@ -115,7 +115,9 @@ async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_nev
     list(&kube_api).await.unwrap();
 
     // A second client given the same store: no run at all.
-    let again = client_with(config_for(&ours, &server).await, store.clone()).unwrap();
+    let again = Credentials::from(store.clone())
+        .client(config_for(&ours, &server).await)
+        .unwrap();
     list(&Api::default_namespaced(again)).await.unwrap();
     assert_eq!(ours.runs(), 1);
 
@@ -242,7 +244,7 @@ async fn a_failing_plugin_keeps_the_last_good_token() {
     assert_eq!(
         chain(&err),
         format!(
-            "cannot fetch a token from exec plugin {command}: the plugin exited with status 1; \
+            "cannot fetch from exec plugin {command}: the plugin exited with status 1; \
              stderr: error: refresh token [redacted] was revoked"
         )
     );
@@ -269,9 +271,8 @@ async fn a_failing_plugin_keeps_the_last_good_token() {
         plugin.print(output);
         let msg = chain(&store.reload().await.unwrap_err());
         assert!(
-            msg.starts_with(&format!(
-                "cannot fetch a token from exec plugin {command}: "
-            )) && msg.contains(reason),
+            msg.starts_with(&format!("cannot fetch from exec plugin {command}: "))
+                && msg.contains(reason),
             "{msg}"
         );
     }
@@ -305,7 +306,7 @@ async fn a_hung_plugin_times_out_is_killed_and_holds_nothing_up() {
     assert_eq!(
         err.to_string(),
         format!(
-            "fetching a token from exec plugin {} took longer than 1s",
+            "fetching from exec plugin {} took longer than 1s",
             plugin.command().display()
         )
     );
@@ -359,7 +360,7 @@ async fn a_plugin_that_returns_a_client_certificate_gets_kubes_own_client() {
     });
     plugin.print(&credential.to_string());
     let config = config_for(&plugin, &server).await;
-    let err = token_store(&config)
+    let err = Credentials::token_store(&config)
         .unwrap()
         .unwrap()
         .load()
@@ -370,7 +371,8 @@ async fn a_plugin_that_returns_a_client_certificate_gets_kubes_own_client() {
         Some(ExecError::ClientCertificate { .. })
     ));
     let runs = plugin.runs();
-    let kube_client = client(config).await.unwrap();
+    let credentials = Credentials::load(&config).await.unwrap();
+    let kube_client = credentials.client(config).unwrap();
     // Without `tls`, kube runs it for its own client; with `tls`, ours runs it once for the
     // token (refused) and the identity store takes that run's certificate.
     assert!(
@@ -387,12 +389,12 @@ async fn a_plugin_that_is_not_installed_fails_the_build_with_its_install_hint() 
     let mut config = config_for(&plugin, &server).await;
     let exec = config.auth_info.exec.as_mut().unwrap();
     exec.command = Some("/nonexistent/kubectl-oidc_login".into());
-    let Err(err) = client(config).await else {
+    let Err(err) = Credentials::load(&config).await else {
         panic!("a missing plugin must fail");
     };
     assert_eq!(
         chain(&err),
-        "cannot fetch a token from exec plugin /nonexistent/kubectl-oidc_login: the command \
+        "cannot fetch from exec plugin /nonexistent/kubectl-oidc_login: the command \
          was not found; the test writes this plugin"
     );
 }
@@ -400,7 +402,6 @@ async fn a_plugin_that_is_not_installed_fails_the_build_with_its_install_hint() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_wrapper_is_ended_with_the_children_it_started() {
     use bearer_reload::source::ExecSource;
-    use bearer_reload::source::exec::InteractiveMode;
     // A wrapper without `exec`: it starts the real helper in the background and waits for
     // it, as `sh -c 'helper & wait'` does. Killing the wrapper alone would leave the
     // helper running, holding the plugin's output open.
@@ -411,7 +412,7 @@ async fn a_timed_out_wrapper_is_ended_with_the_children_it_started() {
         &wrapper,
         &format!("echo $$ > '{d}/wrapper.pid'\nsleep 600 &\necho $! > '{d}/helper.pid'\nwait"),
     );
-    let source = ExecSource::new(&wrapper).interactive_mode(InteractiveMode::Never);
+    let source = ExecSource::new(&wrapper).never_interactive();
     let err = TokenStore::builder(source)
         .fetch_timeout(Duration::from_millis(500))
         .load()

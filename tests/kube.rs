@@ -7,7 +7,7 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use bearer_reload::kube::{Error, client, client_with, token_store};
+use bearer_reload::kube::{Credentials, Error};
 use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::{StoreBuilder, TokenStore, WatchState};
 use http::{Method, StatusCode};
@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Config};
 use support::kube_api::{KubeApi, User};
+use support::kube_client as client;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 const NS: &str = "team-a";
@@ -43,11 +44,14 @@ async fn built(
     config: Config,
     options: impl FnOnce(StoreBuilder) -> StoreBuilder,
 ) -> (kube::Client, TokenStore) {
-    let builder = token_store(&config)
+    let builder = Credentials::token_store(&config)
         .unwrap()
         .expect("a token file or a plugin");
     let store = options(builder).load().await.unwrap();
-    (client_with(config, store.clone()).unwrap(), store)
+    (
+        Credentials::from(store.clone()).client(config).unwrap(),
+        store,
+    )
 }
 
 fn configmap(name: &str, value: &str) -> ConfigMap {
@@ -138,7 +142,7 @@ async fn clients_given_one_store_share_its_token_and_its_reads() {
     let tmp = tempfile::tempdir().unwrap();
     let (server, volume, config) = setup(&tmp, "one").await;
     let (first, store) = built(config.clone(), quiet).await;
-    let second = client_with(config, store.clone()).unwrap();
+    let second = Credentials::from(store.clone()).client(config).unwrap();
     let (a, b): (Api<ConfigMap>, Api<ConfigMap>) = (
         Api::default_namespaced(first),
         Api::default_namespaced(second),
@@ -340,7 +344,7 @@ async fn a_config_without_a_token_file_gets_kubes_own_client() {
         ..User::default()
     };
     let config = support::kube_config(&server.kubeconfig_for(&inline, NS)).await;
-    assert!(token_store(&config).unwrap().is_none());
+    assert!(Credentials::token_store(&config).unwrap().is_none());
     let cms: Api<ConfigMap> = Api::default_namespaced(client(config).await.unwrap());
     within(cms.list(&ListParams::default())).await.unwrap();
 
@@ -353,7 +357,7 @@ async fn a_config_without_a_token_file_gets_kubes_own_client() {
         ..User::default()
     };
     let config = support::kube_config(&server.kubeconfig_for(&both, NS)).await;
-    assert!(token_store(&config).unwrap().is_none());
+    assert!(Credentials::token_store(&config).unwrap().is_none());
     let cms: Api<ConfigMap> = Api::default_namespaced(client(config).await.unwrap());
     within(cms.list(&ListParams::default())).await.unwrap();
 
@@ -372,7 +376,7 @@ async fn a_missing_token_file_is_an_error_naming_the_path() {
     assert!(matches!(err, Error::Load(_)), "{err:?}");
     assert_eq!(
         err.to_string(),
-        format!("cannot fetch a token from file {}", path.display())
+        format!("cannot fetch from file {}", path.display())
     );
 }
 

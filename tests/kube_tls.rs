@@ -7,12 +7,13 @@ mod support;
 
 use std::path::Path;
 
-use bearer_reload::kube::{Credentials, client, client_with};
+use bearer_reload::kube::Credentials;
 use bearer_reload::testing::ProjectedTokenDir;
 use http::StatusCode;
 use kube::client::Body;
 use serde_json::json;
 use support::exec_plugin::{API_VERSION, Plugin};
+use support::kube_client as client;
 use support::mtls::{MtlsServer, PRESENTED};
 use support::pki::{Ca, Issued};
 
@@ -126,7 +127,7 @@ async fn an_exec_plugins_certificate_is_presented_and_reloaded_on_a_refusal() {
     );
     let config = config(&path, tmp.path()).await;
     let credentials = Credentials::load(&config).await.unwrap();
-    let client = client_with(config, credentials).unwrap();
+    let client = credentials.client(config).unwrap();
     assert_eq!(get(&client).await, (StatusCode::OK, first.fingerprint()));
     // Once while loading: kube never ran it (it would, while building its client).
     assert_eq!(plugin.runs(), 1);
@@ -150,7 +151,7 @@ async fn an_identity_without_a_bundle_is_an_error_that_says_so() {
             .await
             .unwrap();
     let config = kube::Config::new("https://localhost:1".parse().unwrap());
-    let Err(err) = client_with(config, Credentials::default().identity(identity)) else {
+    let Err(err) = Credentials::default().identity(identity).client(config) else {
         panic!("a client without a bundle");
     };
     assert!(err.to_string().contains("needs a CA bundle"), "{err}");

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bearer_reload::oauth2::{self, ClientAuth, ClientCredentials, SubjectToken, TokenExchange};
+use bearer_reload::oauth2::{self, ClientAuth, ClientCredentials, TokenExchange};
 use bearer_reload::source::{FileSource, FnSource, TokenSource};
 use bearer_reload::tls::RootStore;
 use bearer_reload::{BearerLayer, TokenStore};
@@ -361,15 +361,22 @@ async fn a_secret_rotated_at_the_server_is_named_and_the_last_token_kept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_exchange_of_a_subject_token_from_a_file_or_a_store() {
+async fn token_exchange_of_the_token_another_store_keeps() {
     let server = start(60).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("token");
     let subject = cluster_key().subject_token(CLUSTER_ISSUER, SA, "oauth2", MINUTE);
     std::fs::write(&path, format!("{subject}\n")).unwrap();
+    // The subject token's own store: here reloaded by the test alone.
+    let subjects = TokenStore::builder(FileSource::new(&path))
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
 
-    // A confidential client, with the subject token read from its file.
-    let source = TokenExchange::new(endpoint(&server), BASIC_CLIENT.0, SubjectToken::file(&path))
+    // A confidential client.
+    let source = TokenExchange::new(endpoint(&server), BASIC_CLIENT.0, subjects.clone())
         .auth(ClientAuth::client_secret_basic(BASIC_CLIENT.1))
         .roots(roots(&server).await)
         .resource(RESOURCE)
@@ -384,25 +391,19 @@ async fn token_exchange_of_a_subject_token_from_a_file_or_a_store() {
 
     // A subject token that is not one: the server's words, never the token.
     std::fs::write(&path, "not-a-jwt\n").unwrap();
+    subjects.reload().await.unwrap();
     let err = store.reload().await.unwrap_err();
     let line = chain(&err);
     assert!(line.contains("invalid_grant"), "{line}");
     assert!(line.contains("subject_token is invalid"), "{line}");
     assert!(!line.contains("not-a-jwt") && !format!("{err:?}").contains("not-a-jwt"));
 
-    // A public client, with the subject token another store keeps.
+    // A public client, on the same store once it holds a good token again.
     std::fs::write(&path, format!("{subject}\n")).unwrap();
-    let subjects = TokenStore::builder(FileSource::new(&path))
-        .load()
-        .await
-        .unwrap();
-    let source = TokenExchange::new(
-        endpoint(&server),
-        PUBLIC_CLIENT,
-        SubjectToken::store(subjects),
-    )
-    .roots(roots(&server).await);
-    assert!(format!("{source:?}").contains("store(file "), "{source:?}");
+    subjects.reload().await.unwrap();
+    let source =
+        TokenExchange::new(endpoint(&server), PUBLIC_CLIENT, subjects).roots(roots(&server).await);
+    assert!(format!("{source:?}").contains("file "), "{source:?}");
     let public = TokenStore::builder(source).load().await.unwrap();
     let introspection = server.introspection(&secret(&public)).await;
     assert_eq!(introspection["sub"], SA, "{introspection}");

@@ -75,7 +75,7 @@ fn scenario(dir: &Path) {
         assert_eq!(
             msg,
             format!(
-                "cannot fetch a token from file {}: cannot read the file: Permission denied \
+                "cannot fetch from file {}: cannot read the file: Permission denied \
                  (os error 13)",
                 path.display()
             )

@@ -99,9 +99,8 @@ fn all_shown(out: &mut String, store: &TokenStore) {
     let s = store.status();
     let _ = writeln!(
         out,
-        "{t:?} {t:#?} {t} {:?} {:#?} {:?} {:?} {}",
-        t.kind(),
-        t.kind().claims(),
+        "{t:?} {t:#?} {t} {:?} {:?} {:?} {}",
+        t.subject(),
         t.fingerprint(),
         t.header_value(),
         t.fingerprint()
@@ -253,7 +252,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     all_shown(&mut shown, &loaded);
     for input in [jwt2.as_bytes(), op1.as_bytes(), boot.as_bytes()] {
         let t = Token::parse(input).unwrap();
-        shown.push_str(&format!("{t:?} {t:#?} {t} {:?}\n", t.kind()));
+        shown.push_str(&format!("{t:?} {t:#?} {t} {:?}\n", t.subject()));
         let mut bad = input.to_vec();
         bad.insert(12, 0);
         let e: TokenError = Token::parse(&bad).unwrap_err();

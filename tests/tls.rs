@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::tls::{HttpsClient, IdentityStore, PemFiles, RootStore, client_config};
+use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Empty;
@@ -142,10 +142,9 @@ impl Writer {
             Writer::Kubelet { dir } => {
                 IdentityStore::builder(FileSource::new(dir.join("kubelet-client-current.pem")))
             }
-            Writer::Projected { volume } => IdentityStore::builder(PemFiles::new(
-                volume.dir().join("tls.crt"),
-                volume.dir().join("tls.key"),
-            )),
+            Writer::Projected { volume } => {
+                IdentityStore::files(volume.dir().join("tls.crt"), volume.dir().join("tls.key"))
+            }
         };
         builder.load().await.unwrap()
     }
@@ -171,9 +170,7 @@ async fn rotations_under_load(writer: Writer, ca: Ca, first: Issued) {
         .load()
         .await
         .unwrap();
-    let client = HttpsClient::builder(roots)
-        .identity(identity.clone())
-        .build::<Empty<Bytes>>();
+    let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity.clone());
     let (stop, stopped) = watch::channel(false);
     let mut load = Load::start(&client, &identity, server.url("/"), 8, stopped);
 
@@ -246,10 +243,7 @@ async fn rotations_under_load(writer: Writer, ca: Ca, first: Issued) {
     let status = identity.status();
     assert_eq!(status.rotations, ROTATIONS as u64);
     assert_eq!(status.generation, ROTATIONS as u64 + 1);
-    assert_eq!(
-        status.certificates[0].fingerprint,
-        issued.last().unwrap().fingerprint()
-    );
+    assert_eq!(status.fingerprint, issued.last().unwrap().fingerprint());
     assert!(status.last_error.is_none() || status.failures > 0);
 }
 
@@ -314,9 +308,7 @@ impl Quiet {
             .await
             .unwrap();
         let server = MtlsServer::start(&ca, &ca.server()).await;
-        let client = HttpsClient::builder(roots)
-            .identity(identity.clone())
-            .build::<Empty<Bytes>>();
+        let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity.clone());
         Self {
             _tmp: tmp,
             path,
@@ -370,7 +362,7 @@ async fn a_refused_identity_is_reloaded_once_for_a_burst_and_every_request_sent_
     let after = identity.status();
     assert_eq!(after.generation, 3);
     assert_eq!(after.reads - before.reads, 1, "{after:?}");
-    assert_eq!(after.refused_reloads - before.refused_reloads, 1);
+    assert_eq!(after.unauthorized_reloads - before.unauthorized_reloads, 1);
     assert!(after.retries - before.retries >= 1);
     assert_eq!(
         after.retries - before.retries,
@@ -401,10 +393,9 @@ async fn a_server_moving_to_a_new_ca_while_the_bundle_rotates_fails_no_request()
         b.pool_max_idle_per_host(0);
         b
     };
-    let client = HttpsClient::builder(roots.clone())
+    let client = HttpsClient::<Empty<Bytes>>::new(roots.clone())
         .identity(identity.clone())
-        .hyper(builder)
-        .build::<Empty<Bytes>>();
+        .hyper(builder);
     let (stop, stopped) = watch::channel(false);
     let load = Load::start(&client, &identity, server.url("/"), 4, stopped);
     server.wait_requests(50, DEADLINE).await;
@@ -441,18 +432,13 @@ async fn a_bad_read_keeps_the_last_good_identity_until_the_pair_is_whole() {
     let first = ca.client("n1", HOUR);
     std::fs::write(&cert, &first.cert_pem).unwrap();
     std::fs::write(&key, &first.key_pem).unwrap();
-    let identity = IdentityStore::builder(PemFiles::new(&cert, &key))
-        .load()
-        .await
-        .unwrap();
+    let identity = IdentityStore::files(&cert, &key).load().await.unwrap();
     let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
         .load()
         .await
         .unwrap();
     let server = MtlsServer::start(&ca, &ca.server()).await;
-    let client = HttpsClient::builder(roots)
-        .identity(identity.clone())
-        .build::<Empty<Bytes>>();
+    let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity.clone());
     let url = server.url("/");
 
     // The new certificate beside the old key: refused, naming both paths; requests go on
@@ -467,7 +453,7 @@ async fn a_bad_read_keeps_the_last_good_identity_until_the_pair_is_whole() {
     let shown = support::chain(&error);
     assert!(
         shown.starts_with(&format!(
-            "cannot fetch a client certificate from certificate {} and key {}: the private \
+            "cannot fetch from certificate {} and key {}: the private \
              key does not match the certificate",
             cert.display(),
             key.display()
@@ -545,7 +531,7 @@ async fn session_resumption_would_carry_the_old_identity_across_a_rotation_and_i
 
     // rustls's default: resumption on. The session made with the old identity is resumed
     // after the rotation, and the server sees the old certificate again.
-    let mut resuming = client_config(&roots, Some(&identity));
+    let mut resuming = roots.client_config(Some(&identity));
     resuming.resumption = rustls::client::Resumption::default();
     let resuming = connect(resuming);
     assert_eq!(presented(resuming.clone()).await, old.fingerprint());
@@ -555,7 +541,7 @@ async fn session_resumption_would_carry_the_old_identity_across_a_rotation_and_i
     assert_eq!(presented(resuming).await, old.fingerprint(), "resumed");
 
     // The crate's config: every connection a full handshake, with the current identity.
-    let fresh = connect(client_config(&roots, Some(&identity)));
+    let fresh = connect(roots.client_config(Some(&identity)));
     assert_eq!(presented(fresh.clone()).await, new.fingerprint());
     let newer = ca.client("n1", HOUR);
     std::fs::write(&path, newer.combined()).unwrap();
@@ -620,6 +606,6 @@ async fn a_connection_cut_after_it_answered_is_not_a_refusal_and_reloads_nothing
     // nothing sent again.
     let after = identity.status();
     assert_eq!(after.reads, before.reads, "{after:?}");
-    assert_eq!(after.refused_reloads, before.refused_reloads);
+    assert_eq!(after.unauthorized_reloads, before.unauthorized_reloads);
     assert_eq!(after.retries, before.retries);
 }

@@ -13,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(&header[..7], b"Bearer ");
             assert_eq!(&header[7..], trimmed);
             assert!(token.header_value().is_sensitive());
-            let shown = format!("{token:?} {token:#?} {token} {:?}", token.kind());
+            let claims = bearer_reload::token::fuzz_claims(&token, std::time::SystemTime::now());
+            let shown = format!("{token:?} {token:#?} {token} {claims}");
             // Shorter tokens can be words of the output itself ("generatio" is in
             // "generation"); no run of the output without a space is 17 bytes long unless it
             // comes from the claims, which are shorter than the token they come from.

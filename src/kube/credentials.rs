@@ -1,37 +1,42 @@
-//! [`Credentials`]: the stores a client takes its credentials from, and how they are read
-//! out of a kube [`Config`].
+//! [`Credentials`]: the stores a client takes its credentials from, how they are read out
+//! of a kube `Config`, and the client built on them.
 
-#[cfg(feature = "tls")]
-use std::path::PathBuf;
-
-use ::kube::Config;
+use ::kube::client::retry::RetryPolicy;
+use ::kube::client::{Body, ClientBuilder};
 #[cfg(feature = "tls")]
 use ::kube::config::AuthInfo;
+use ::kube::{Client, Config};
+use tower::ServiceBuilder;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
 
-use super::{AuthInUse, Error, auth_in_use, token_store};
-use crate::source::ExecError;
+use super::{AuthInUse, Error, auth_in_use};
+use crate::builder::StoreBuilder;
+use crate::layer::BearerLayer;
 #[cfg(feature = "tls")]
-use crate::source::{FileSource, FnSource};
+use crate::source::FnSource;
+use crate::source::{ExecError, ExecSource, FileSource};
 use crate::store::TokenStore;
 #[cfg(feature = "tls")]
-use crate::tls::{IdentityStore, PemFiles, RootStore};
+use crate::tls::{IdentityStore, RootStore};
 
-/// The stores a client built by [`client_with`](super::client_with) takes its
-/// credentials from: the bearer token and, with feature `tls`, the client identity and
-/// the CA bundle. Cheap to clone: clients given clones share the stores (their reads,
-/// their plugin runs, their watchers).
+/// The stores a `kube::Client` takes its credentials from: the bearer token and, with
+/// feature `tls`, the client identity and the CA bundle. Cheap to clone: clients built
+/// from clones share the stores (their reads, their plugin runs, their watchers).
 ///
-/// [`Credentials::load`] reads them out of a kube `Config`; or set each store built with
-/// its own options. A [`TokenStore`] alone converts into one.
+/// [`Credentials::load`] reads them out of a kube `Config`, and [`client`](Self::client)
+/// builds a client on them; or set each store, built with its own options. A
+/// [`TokenStore`] alone converts into one.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use bearer_reload::kube::{Credentials, client_with};
+/// use bearer_reload::kube::Credentials;
 ///
 /// let config = bearer_reload::kube::infer().await?;
 /// let credentials = Credentials::load(&config).await?;
-/// let api = client_with(config.clone(), credentials.clone())?;
-/// let watcher = client_with(config, credentials)?;
+/// // Two clients, one store (one exec plugin run per rotation between them).
+/// let api = credentials.client(config.clone())?;
+/// let watcher = credentials.client(config)?;
 /// # let _ = (api, watcher); Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -52,22 +57,56 @@ impl From<TokenStore> for Credentials {
 impl Credentials {
     /// The stores `config` calls for, each loaded with the default options:
     ///
-    /// - the token: the user's token file or exec plugin, as [`token_store`] says;
+    /// - the token: the user's token file or exec plugin, as
+    ///   [`token_store`](Self::token_store) says;
     /// - with feature `tls`, the client identity: the user's `client-certificate` and
-    ///   `client-key` files (watched, as [`PemFiles`]), their `-data` (kept as they are),
-    ///   or an exec plugin's `clientCertificateData`/`clientKeyData`
+    ///   `client-key` files (watched, as [`IdentityStore::files`]), their `-data` (kept as
+    ///   they are), or an exec plugin's `clientCertificateData`/`clientKeyData`
     ///   ([`IdentityStore::exec`]);
     /// - with feature `tls`, the CA bundle: `config.root_cert_file` (watched; the
     ///   in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` as
     ///   [`infer`](super::infer) sets it), else `config.root_cert` (kept as it is).
     ///
-    /// A config with a `proxy_url`, or one that verifies no server (`accept_invalid_certs`),
-    /// gets neither TLS store: kube's own TLS handles it, reading certificates once.
+    /// None at all when nothing in `config` rotates that kube's own client would not
+    /// handle as well (an inline token alone, an auth provider; without feature `tls`, a
+    /// client certificate, or an exec plugin that returns one): [`client`](Self::client)
+    /// then builds kube's own client, unchanged, and a `debug` event says why. A config
+    /// with a `proxy_url`, or one that verifies no server (`accept_invalid_certs`), gets
+    /// neither TLS store: kube's own TLS handles it, reading certificates once.
     ///
-    /// Fails, naming the path or the command, when one cannot be loaded. Without feature
-    /// `tls`, a plugin that returns a certificate instead of a token fails with
-    /// [`ExecError::ClientCertificate`].
+    /// Fails, naming the path or the command, when a store cannot be loaded (kube's own
+    /// client would fail on every request instead). Must be called within a tokio runtime.
     pub async fn load(config: &Config) -> Result<Self, Error> {
+        let credentials = match Self::load_all(config).await {
+            Ok(credentials) => credentials,
+            #[cfg(not(feature = "tls"))]
+            Err(Error::Load(e))
+                if matches!(e.downcast_ref(), Some(ExecError::ClientCertificate { .. })) =>
+            {
+                tracing::debug!(
+                    source = e.origin(),
+                    "exec plugin returned a client certificate and feature `tls` is off: \
+                     kube's own client handles it"
+                );
+                return Ok(Self::default());
+            }
+            Err(e) => return Err(e),
+        };
+        #[cfg(feature = "tls")]
+        let rotating = credentials.identity.is_some() || config.root_cert_file.is_some();
+        #[cfg(not(feature = "tls"))]
+        let rotating = false;
+        if credentials.token.is_none() && !rotating {
+            tracing::debug!(
+                auth = auth_in_use(&config.auth_info).name(),
+                "nothing in the kube config rotates: kube's own client handles it"
+            );
+            return Ok(Self::default());
+        }
+        Ok(credentials)
+    }
+
+    async fn load_all(config: &Config) -> Result<Self, Error> {
         let mut credentials = Self::default();
         #[cfg(feature = "tls")]
         let mut plugin_identity = None;
@@ -78,7 +117,7 @@ impl Credentials {
         };
         let builder = match &plugin {
             Some(plugin) => Some(TokenStore::builder(plugin.clone())),
-            None => token_store(config)?,
+            None => Self::token_store(config)?,
         };
         if let Some(builder) = builder {
             match builder.load().await {
@@ -115,6 +154,44 @@ impl Credentials {
         Ok(credentials)
     }
 
+    /// The builder of the token store `config` calls for: its user's token file
+    /// ([`FileSource`](crate::source::FileSource)) or exec plugin
+    /// ([`ExecSource`](crate::source::ExecSource)), in kube's order of precedence; `None`
+    /// when the user authenticates otherwise (kube's own client handles it).
+    ///
+    /// Set the store's options on it, load it, and give the store to
+    /// [`token`](Self::token). Fails when the `exec` section cannot be used.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use bearer_reload::kube::Credentials;
+    ///
+    /// let config = kube::Config::infer().await?;
+    /// let Some(builder) = Credentials::token_store(&config)? else {
+    ///     return Ok(()); // neither a token file nor a plugin: `kube::Client::try_from(config)`
+    /// };
+    /// // A plugin that waits for a browser login gets five minutes.
+    /// let store = builder.fetch_timeout(Duration::from_secs(300)).load().await?;
+    /// let client = Credentials::from(store.clone()).client(config)?;
+    /// println!("token {} from {}", store.current(), store.status().source);
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn token_store(config: &Config) -> Result<Option<StoreBuilder>, Error> {
+        Ok(match auth_in_use(&config.auth_info) {
+            AuthInUse::TokenFile(path) => Some(TokenStore::builder(FileSource::new(path))),
+            AuthInUse::Exec(exec) => Some(TokenStore::builder(ExecSource::try_from(exec)?)),
+            other => {
+                tracing::debug!(
+                    auth = other.name(),
+                    "kube config authenticates with neither a token file nor an exec plugin: \
+                     kube's own client handles it"
+                );
+                None
+            }
+        })
+    }
+
     /// The store the bearer token comes from.
     pub fn token(mut self, store: TokenStore) -> Self {
         self.token = Some(store);
@@ -135,38 +212,52 @@ impl Credentials {
         self.roots = Some(store);
         self
     }
-}
 
-/// The credentials of `config`, or `None` when nothing in them rotates that kube's own
-/// client would not handle as well (see the module docs), with the reason logged.
-pub(super) async fn load_for(config: &Config) -> Result<Option<Credentials>, Error> {
-    match Credentials::load(config).await {
-        Ok(credentials) => {
-            #[cfg(feature = "tls")]
-            let rotating = credentials.identity.is_some() || config.root_cert_file.is_some();
-            #[cfg(not(feature = "tls"))]
-            let rotating = false;
-            if credentials.token.is_none() && !rotating {
-                tracing::debug!(
-                    auth = auth_in_use(&config.auth_info).name(),
-                    "nothing in the kube config rotates: kube's own client handles it"
-                );
-                return Ok(None);
-            }
-            Ok(Some(credentials))
-        }
+    /// A [`kube::Client`] for `config` that takes its credentials from these stores and
+    /// retries its 401s once with the new token. Everything else is `config`'s, as kube
+    /// uses it (see the [module docs](super#where-the-layer-sits)); its own token file and
+    /// exec section, if any, are taken out (kube's auth layer, closer to the wire, would
+    /// overwrite the store's header, and kube would run the plugin up to three times
+    /// while building its client): give their stores here. With no store at all, kube's
+    /// own client for `config`, unchanged.
+    ///
+    /// With a client identity or a CA bundle (feature `tls`), the client sends its
+    /// requests through an [`HttpsClient`](crate::tls::HttpsClient) instead of kube's
+    /// hyper client; see [TLS](super#tls). Fails then when `config` goes through a proxy,
+    /// or when an identity comes without a bundle.
+    ///
+    /// Every client built from the same stores shares their credentials, their reads and
+    /// their exec plugin's runs. Must be called within a tokio runtime (the stack's
+    /// `Buffer` spawns its worker there).
+    ///
+    /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
+    pub fn client(&self, mut config: Config) -> Result<Client, Error> {
+        #[cfg(feature = "tls")]
+        let tls = self.identity.is_some() || self.roots.is_some();
         #[cfg(not(feature = "tls"))]
-        Err(Error::Load(e))
-            if matches!(e.downcast_ref(), Some(ExecError::ClientCertificate { .. })) =>
-        {
-            tracing::debug!(
-                source = e.origin(),
-                "exec plugin returned a client certificate and feature `tls` is off: using \
-                 kube's own client"
-            );
-            Ok(None)
+        let tls = false;
+        if self.token.is_none() && !tls {
+            return Ok(Client::try_from(config)?);
         }
-        Err(e) => Err(e),
+        config.auth_info.token_file = None;
+        config.auth_info.exec = None;
+        #[cfg(feature = "tls")]
+        if tls {
+            tracing::debug!("kube client with reloading TLS credentials");
+            return super::https::client(config, self.clone());
+        }
+        let store = self
+            .token
+            .clone()
+            .expect("a token store, without TLS stores");
+        // kube's retry goes outside our layer, so that each attempt gets the current token.
+        let default_retry = std::mem::replace(&mut config.default_retry, false);
+        tracing::debug!(token = %store.current(), "kube client with a reloading token");
+        let stack = ServiceBuilder::new()
+            .option_layer(default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+            .layer(BearerLayer::new(store).retry_unauthorized())
+            .layer(BufferLayer::<http::Request<Body>>::new(super::BUFFER));
+        Ok(ClientBuilder::try_from(config)?.with_layer(&stack).build())
     }
 }
 
@@ -196,10 +287,7 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
     )?;
     Ok(
         match (cert, key, &auth.client_certificate, &auth.client_key) {
-            (None, None, Some(cert), Some(key)) => Some(IdentityStore::builder(PemFiles::new(
-                PathBuf::from(cert),
-                PathBuf::from(key),
-            ))),
+            (None, None, Some(cert), Some(key)) => Some(IdentityStore::files(cert, key)),
             (None, None, _, _) => None,
             (cert, key, cert_file, key_file) => {
                 // Bytes from the kubeconfig: read once per fetch, never watched.

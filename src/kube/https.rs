@@ -24,7 +24,7 @@ pub(super) fn client(config: Config, credentials: Credentials) -> Result<Client,
         });
     }
     let roots = credentials.roots.ok_or(Error::NoRoots)?;
-    let mut https = HttpsClient::builder(roots).connect_timeout(config.connect_timeout);
+    let mut https = HttpsClient::<Body>::new(roots).connect_timeout(config.connect_timeout);
     if let Some(identity) = credentials.identity {
         https = https.identity(identity);
     }
@@ -33,7 +33,6 @@ pub(super) fn client(config: Config, credentials: Credentials) -> Result<Client,
             .map_err(|_| Error::ServerName { name: name.clone() })?;
         https = https.server_name(name);
     }
-    let https = https.build::<Body>();
     let stack = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(

@@ -5,22 +5,26 @@
 //! kube-rs reads a `tokenFile` (the in-cluster service-account token, or a kubeconfig user's
 //! `tokenFile`) again only about once a minute, and a request refused in between fails. It
 //! runs an exec plugin up to three times while building a client, refreshes its token only
-//! 60 s before an expiry (a token without one is never refreshed), and never on a 401. The
-//! client built here takes the token file or the `exec` section out of the [`Config`],
-//! loads it into a [`TokenStore`] (a [`FileSource`] with its directory watcher, or an
-//! [`ExecSource`] run once per store), and puts a [`BearerLayer`] with its 401 retry into
-//! kube's own stack. Everything else kube does stays as it is: base URI, TLS with the
+//! 60 s before an expiry (a token without one is never refreshed), and never on a 401.
+//! [`Credentials::load`] takes the token file or the `exec` section out of the
+//! [`Config`] into a [`TokenStore`](crate::TokenStore) (a
+//! [`FileSource`](crate::source::FileSource) with its directory watcher, or an
+//! [`ExecSource`](crate::source::ExecSource) run once per store), and
+//! [`Credentials::client`] puts a [`BearerLayer`](crate::BearerLayer) with its 401 retry
+//! into kube's own stack. Everything else kube does stays as it is: base URI, TLS with the
 //! cluster CA, client certificates, impersonation and extra headers, the default
 //! namespace, and kube's retry of 429/503/504.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use bearer_reload::kube::Credentials;
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kube::Api;
 //!
 //! // In a pod: the projected service-account token, reloaded as the kubelet rotates it.
 //! // On a laptop: the kubeconfig's token file or exec plugin (`aws eks get-token`, ...).
-//! let client = bearer_reload::kube::client(bearer_reload::kube::infer().await?).await?;
+//! let config = bearer_reload::kube::infer().await?;
+//! let client = Credentials::load(&config).await?.client(config)?;
 //! let configmaps: Api<ConfigMap> = Api::default_namespaced(client);
 //! for cm in configmaps.list(&Default::default()).await? {
 //!     println!("{}", cm.metadata.name.unwrap_or_default());
@@ -28,24 +32,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! With the store's options, the store kept for health checks, and one store (one exec
-//! plugin run per rotation) shared by two clients:
-//!
-//! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use bearer_reload::kube::{client_with, token_store};
-//!
-//! let config = kube::Config::infer().await?;
-//! let Some(builder) = token_store(&config)? else {
-//!     return Ok(()); // neither a token file nor a plugin: `kube::Client::try_from(config)`
-//! };
-//! let store = builder.fetch_timeout(Duration::from_secs(300)).load().await?;
-//! let api = client_with(config.clone(), store.clone())?;
-//! let watcher = client_with(config, store.clone())?;
-//! println!("token {} from {}", store.current(), store.status().source);
-//! # let _ = (api, watcher); Ok(()) }
-//! ```
+//! Clients built from clones of one [`Credentials`] share its stores: one read per
+//! rotation of the file, one exec plugin run per rotation, between them. To set a store's
+//! options (a plugin's time limit), build it from [`Credentials::token_store`].
 //!
 //! # Which configs get the reloading credentials
 //!
@@ -53,14 +42,15 @@
 //! would use before it. kube picks, in this order: an auth provider, username and
 //! password, an inline `token`, a `tokenFile`, an exec plugin. So a config with both an
 //! inline token and a token file uses the inline token, and one with a token file and an
-//! exec section uses the file, as kube does. [`token_store`] returns `None` for the others.
+//! exec section uses the file, as kube does. [`Credentials::token_store`] returns `None`
+//! for the others.
 //!
 //! With feature `tls`, also those whose user presents a client certificate (files, data,
 //! or an exec plugin's), and those whose CA bundle is a file (`root_cert_file`: the
 //! in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` through [`infer`]); see
 //! [TLS](#tls). For every other config (an inline token alone, auth providers, and without
-//! `tls` client certificates), [`client`] returns kube's own client, unchanged, and a
-//! `debug` event says why.
+//! `tls` client certificates), [`Credentials::load`] loads nothing, and
+//! [`Credentials::client`] returns kube's own client, unchanged; a `debug` event says why.
 //!
 //! # Exec plugins
 //!
@@ -70,31 +60,31 @@
 //! again with the new token. A credential without an expiry is kept until the server
 //! refuses it. Each store runs its own plugin: clients that share a store share its runs
 //! (`plugin_runs ≤ rotations + 1` between them, as the `exec_rotation` example measures);
-//! [`client`] loads a store per client. [`source::exec`](crate::source::exec) says how a
-//! plugin is run.
+//! each [`Credentials::load`] loads stores of its own. [`source::exec`](crate::source::exec)
+//! says how a plugin is run.
 //!
 //! - A run may take 60 s by default
 //!   ([`default_fetch_timeout`](crate::source::TokenSource::default_fetch_timeout)), longer
 //!   than a file read's 10 s: cloud plugins log in before they answer. A plugin that waits
 //!   for the user (a browser or device-code login) may need more:
-//!   `token_store(&config)?` then `.fetch_timeout(Duration::from_secs(300))`.
+//!   [`Credentials::token_store`] then `.fetch_timeout(Duration::from_secs(300))`.
 //! - A relative `command` with a path separator is resolved against the kubeconfig's
 //!   directory by kube's loader (`Kubeconfig::read_from`, `Config::infer`); a config built
 //!   otherwise runs it relative to the working directory.
 //! - A plugin whose credential holds a client certificate (`clientCertificateData`): with
 //!   feature `tls` its certificate is the client's identity ([`Credentials::load`] loads
 //!   it with [`IdentityStore::exec`](crate::tls::IdentityStore::exec), the plugin run once
-//!   for both stores); without, [`client`] returns kube's own client, which handles
-//!   certificates (and runs the plugin itself), and loading [`token_store`]'s builder
-//!   fails with [`ExecError::ClientCertificate`].
+//!   for both stores); without, [`Credentials::load`] leaves it to kube's own client,
+//!   which handles certificates (and runs the plugin itself), and loading
+//!   [`Credentials::token_store`]'s builder fails with [`ExecError::ClientCertificate`].
 //! - A plugin that fails when the store is loaded is an error ([`Error::Load`], naming the
 //!   command and what went wrong); a later failure keeps the last good token.
 //!
 //! # Where the layer sits
 //!
 //! Outermost → innermost, the stack is:
-//! kube's retry of 429/503/504 (when [`Config::default_retry`] is on) → [`BearerLayer`]
-//! with its 401 retry → a `Buffer` → kube's default stack (base URI, decompression,
+//! kube's retry of 429/503/504 (when [`Config::default_retry`] is on) →
+//! [`BearerLayer`](crate::BearerLayer) with its 401 retry → a `Buffer` → kube's default stack (base URI, decompression,
 //! extra headers, tracing, the HTTPS client), following the rules in
 //! [the crate docs](crate#where-the-layer-goes). Each attempt of kube's retry thus carries
 //! the token current at that moment, and each gets at most one 401 retry. Request bodies
@@ -112,7 +102,7 @@
 //! the in-cluster `ca.crt` again only after 60 s.
 //!
 //! The stack is then, outermost → innermost: kube's base URI, kube's retry of
-//! 429/503/504, the [`BearerLayer`] with its 401 retry (when there is a token), kube's
+//! 429/503/504, the [`BearerLayer`](crate::BearerLayer) with its 401 retry (when there is a token), kube's
 //! auth for what the config still holds (an inline token, a username and password),
 //! kube's extra headers and impersonation, the `HttpsClient` with the config's
 //! `connect_timeout` and `tls_server_name`. Left out, as kube's own client has them: the
@@ -127,18 +117,11 @@
 
 use std::path::PathBuf;
 
-use ::kube::client::retry::RetryPolicy;
-use ::kube::client::{Body, ClientBuilder};
+use ::kube::Config;
 use ::kube::config::{AuthInfo, ExecConfig, Kubeconfig};
-use ::kube::{Client, Config};
-use tower::ServiceBuilder;
-use tower::buffer::BufferLayer;
-use tower::retry::RetryLayer;
 
-use crate::builder::StoreBuilder;
-use crate::layer::BearerLayer;
-use crate::source::{ExecError, ExecSource, FileSource};
-use crate::store::{LoadError, TokenStore};
+use crate::source::ExecError;
+use crate::store::LoadError;
 
 mod credentials;
 #[cfg(feature = "tls")]
@@ -195,7 +178,8 @@ pub enum Error {
 
 /// kube's [`Config::infer`], and the kubeconfig cluster's `certificate-authority` file as
 /// `root_cert_file`, so that [`Credentials::load`] watches it (kube keeps only its bytes).
-/// In a pod, `root_cert_file` is the service account's `ca.crt` already.
+/// In a pod, `root_cert_file` is the service account's `ca.crt` already. For a config of
+/// your own, set `root_cert_file` to the CA file to have it watched.
 ///
 /// [`Config::infer`]: https://docs.rs/kube/5/kube/struct.Config.html#method.infer
 pub async fn infer() -> Result<Config, Error> {
@@ -230,93 +214,6 @@ fn ca_file(kubeconfig: &Kubeconfig) -> Option<PathBuf> {
         return None;
     }
     cluster.certificate_authority.as_ref().map(PathBuf::from)
-}
-
-/// A [`kube::Client`] for `config` whose credentials reload the moment they rotate: its
-/// token file (reloaded on every change) or exec plugin (run again before its token
-/// expires and on a 401), with 401s retried once; with feature `tls`, its client
-/// certificate and CA bundle as well, with connections retired on each rotation.
-/// [`Credentials::load`], then [`client_with`].
-///
-/// Configs in which nothing rotates get kube's own client, unchanged (see the
-/// [module docs](self)). Must be called within a tokio runtime.
-///
-/// Fails, naming the path, when the token file is missing or does not hold a valid token
-/// (kube's own client would fail on every request instead); naming the command when the
-/// exec plugin cannot be run or gives no token.
-///
-/// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
-pub async fn client(config: Config) -> Result<Client, Error> {
-    match credentials::load_for(&config).await? {
-        Some(credentials) => client_with(config, credentials),
-        None => Ok(Client::try_from(config)?),
-    }
-}
-
-/// The builder of the store `config`'s credentials call for: its user's token file
-/// ([`FileSource`]) or exec plugin ([`ExecSource`]), in kube's order of precedence;
-/// `None` when the user authenticates otherwise (kube's own client handles it).
-///
-/// Set the store's options on it, load it, and give the store to [`client_with`] (as many
-/// clients as should share it). Fails when the `exec` section cannot be used.
-pub fn token_store(config: &Config) -> Result<Option<StoreBuilder>, Error> {
-    Ok(match auth_in_use(&config.auth_info) {
-        AuthInUse::TokenFile(path) => {
-            Some(TokenStore::builder(FileSource::new(PathBuf::from(path))))
-        }
-        AuthInUse::Exec(exec) => Some(TokenStore::builder(ExecSource::try_from(exec)?)),
-        other => {
-            tracing::debug!(
-                auth = other.name(),
-                "kube config authenticates with neither a token file nor an exec plugin: \
-                 kube's own client handles it"
-            );
-            None
-        }
-    })
-}
-
-/// A [`kube::Client`] for `config` that takes its credentials from `credentials` (a
-/// [`TokenStore`] converts into them) and retries its 401s once with the new token.
-/// Everything else is `config`'s, as kube uses it; its own token file and exec section,
-/// if any, are taken out (kube's auth layer, closer to the wire, would overwrite the
-/// store's header): give their stores in `credentials`.
-///
-/// With a client identity or a CA bundle (feature `tls`), the client sends its requests
-/// through an [`HttpsClient`](crate::tls::HttpsClient) instead of kube's hyper client;
-/// see [TLS](self#tls). Fails then when `config` goes through a proxy, or when an identity
-/// comes without a bundle.
-///
-/// Every client given the same stores shares their credentials, their reads and their
-/// exec plugin's runs. Must be called within a tokio runtime (the stack's `Buffer` spawns
-/// its worker there).
-///
-/// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
-pub fn client_with(
-    mut config: Config,
-    credentials: impl Into<Credentials>,
-) -> Result<Client, Error> {
-    let credentials = credentials.into();
-    // With the token file and the plugin gone kube's auth layer has nothing to do, and kube
-    // never runs the plugin (it would, up to three times, while building its client).
-    config.auth_info.token_file = None;
-    config.auth_info.exec = None;
-    #[cfg(feature = "tls")]
-    if credentials.identity.is_some() || credentials.roots.is_some() {
-        tracing::debug!("kube client with reloading TLS credentials");
-        return https::client(config, credentials);
-    }
-    let Some(store) = credentials.token else {
-        return Ok(Client::try_from(config)?);
-    };
-    // kube's retry goes outside our layer, so that each attempt gets the current token.
-    let default_retry = std::mem::replace(&mut config.default_retry, false);
-    tracing::debug!(token = %store.current(), "kube client with a reloading token");
-    let stack = ServiceBuilder::new()
-        .option_layer(default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
-        .layer(BearerLayer::new(store).retry_unauthorized())
-        .layer(BufferLayer::<http::Request<Body>>::new(BUFFER));
-    Ok(ClientBuilder::try_from(config)?.with_layer(&stack).build())
 }
 
 /// How kube would authenticate a user. The order is kube's (`Auth::try_from(&AuthInfo)` in
@@ -453,13 +350,12 @@ mod tests {
     #[test]
     fn errors_hold_no_token() {
         let err = Error::from(LoadError::Timeout {
-            credential: crate::store::Credential::Token,
             origin: "file /d/token".into(),
             after: std::time::Duration::from_secs(10),
         });
         assert_eq!(
             err.to_string(),
-            "fetching a token from file /d/token took longer than 10s"
+            "fetching from file /d/token took longer than 10s"
         );
     }
 
@@ -474,7 +370,7 @@ mod tests {
             token_file: Some("/run/token".into()),
             ..AuthInfo::default()
         });
-        let shown = format!("{:?}", token_store(&file).unwrap().unwrap());
+        let shown = format!("{:?}", Credentials::token_store(&file).unwrap().unwrap());
         assert!(shown.contains("file /run/token"), "{shown}");
         let exec = config(AuthInfo {
             exec: Some(ExecConfig {
@@ -484,17 +380,20 @@ mod tests {
             }),
             ..AuthInfo::default()
         });
-        let shown = format!("{:?}", token_store(&exec).unwrap().unwrap());
+        let shown = format!("{:?}", Credentials::token_store(&exec).unwrap().unwrap());
         assert!(shown.contains("exec plugin aws"), "{shown}");
         let inline = config(AuthInfo {
             token: Some("x".to_string().into()),
             ..AuthInfo::default()
         });
-        assert!(token_store(&inline).unwrap().is_none());
+        assert!(Credentials::token_store(&inline).unwrap().is_none());
         let broken = config(AuthInfo {
             exec: Some(ExecConfig::default()),
             ..AuthInfo::default()
         });
-        assert!(matches!(token_store(&broken), Err(Error::Exec(_))));
+        assert!(matches!(
+            Credentials::token_store(&broken),
+            Err(Error::Exec(_))
+        ));
     }
 }

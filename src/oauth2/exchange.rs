@@ -1,14 +1,13 @@
-//! [`TokenExchange`]: token exchange (RFC 8693), of a subject token from a file or a store.
+//! [`TokenExchange`]: token exchange (RFC 8693) of a store's token.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use http::Uri;
 
 use super::auth::ClientAuth;
 use super::error::Error;
-use super::request::{Endpoint, Form, read_token_file};
+use super::request::{Endpoint, Form};
 use crate::TokenStore;
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
@@ -19,57 +18,13 @@ const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 /// RFC 8693's token type of a JWT: the default `subject_token_type`.
 pub(super) const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 
-/// Where the subject token of a [`TokenExchange`] comes from, read at every fetch.
-#[derive(Clone)]
-pub struct SubjectToken(Subject);
-
-#[derive(Clone)]
-enum Subject {
-    File(PathBuf),
-    Store(TokenStore),
-}
-
-impl SubjectToken {
-    /// The token in the file at `path`, read at every fetch: a projected service-account
-    /// token that the kubelet rotates, for example.
-    pub fn file(path: impl Into<PathBuf>) -> Self {
-        SubjectToken(Subject::File(path.into()))
-    }
-
-    /// The current token of `store`, at every fetch: a token this crate already keeps
-    /// fresh (a [`FileSource`](crate::source::FileSource), a
-    /// `TokenRequestSource`, another exchange).
-    pub fn store(store: TokenStore) -> Self {
-        SubjectToken(Subject::Store(store))
-    }
-
-    async fn read(&self) -> Result<String, Error> {
-        match &self.0 {
-            Subject::File(path) => read_token_file("subject token", path).await,
-            Subject::Store(store) => {
-                let current = store.current();
-                let value = current.header_value().as_bytes();
-                let token = value.strip_prefix(b"Bearer ").unwrap_or(value);
-                Ok(String::from_utf8_lossy(token).into_owned())
-            }
-        }
-    }
-}
-
-impl fmt::Debug for SubjectToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Subject::File(path) => write!(f, "file({})", path.display()),
-            Subject::Store(store) => write!(f, "store({})", store.status().source),
-        }
-    }
-}
-
 /// Access tokens by token exchange (RFC 8693): a workload trades a token it has (its
 /// projected service-account token, a token from another issuer) for one the token
 /// endpoint issues.
 ///
-/// Each fetch reads the [`SubjectToken`] anew and POSTs
+/// Each fetch takes the subject token from its [`TokenStore`] (a projected service-account
+/// token file that the kubelet rotates, a `TokenRequestSource`, another exchange: the
+/// store keeps it fresh, and a bad read never replaces it) and POSTs
 /// `grant_type=urn:ietf:params:oauth:grant-type:token-exchange` with it, its
 /// `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`) and the parameters given, over
 /// HTTPS verified by the CA bundle given to [`roots`](Self::roots) (required, as for
@@ -80,13 +35,15 @@ impl fmt::Debug for SubjectToken {
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// use bearer_reload::oauth2::{SubjectToken, TokenExchange};
+/// use bearer_reload::oauth2::TokenExchange;
 /// use bearer_reload::source::FileSource;
 /// use bearer_reload::tls::RootStore;
 /// use bearer_reload::TokenStore;
 ///
 /// let roots = RootStore::builder(FileSource::new("/etc/idp/ca.crt")).load().await?;
-/// let subject = SubjectToken::file("/var/run/secrets/tokens/idp-token");
+/// let subject = TokenStore::builder(FileSource::new("/var/run/secrets/tokens/idp-token"))
+///     .load()
+///     .await?;
 /// let source = TokenExchange::new("https://idp.example/token".parse()?, "payments", subject)
 ///     .roots(roots)
 ///     .audience("https://ledger.example")
@@ -97,7 +54,7 @@ impl fmt::Debug for SubjectToken {
 #[derive(Clone)]
 pub struct TokenExchange {
     endpoint: Endpoint,
-    subject: SubjectToken,
+    subject: TokenStore,
     subject_token_type: String,
     requested_token_type: Option<String>,
 }
@@ -106,7 +63,7 @@ impl fmt::Debug for TokenExchange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TokenExchange")
             .field("endpoint", &self.endpoint)
-            .field("subject", &self.subject)
+            .field("subject", &self.subject.status().source)
             .field("subject_token_type", &self.subject_token_type)
             .field("requested_token_type", &self.requested_token_type)
             .finish()
@@ -115,8 +72,9 @@ impl fmt::Debug for TokenExchange {
 
 impl TokenExchange {
     /// Tokens for `client_id` from `token_endpoint` (an `https://` URI), in exchange for
-    /// `subject`; a public client until [`auth`](Self::auth) says otherwise.
-    pub fn new(token_endpoint: Uri, client_id: impl Into<String>, subject: SubjectToken) -> Self {
+    /// `subject`'s current token at each fetch; a public client until
+    /// [`auth`](Self::auth) says otherwise.
+    pub fn new(token_endpoint: Uri, client_id: impl Into<String>, subject: TokenStore) -> Self {
         Self {
             endpoint: Endpoint::new(token_endpoint, client_id.into(), ClientAuth::none()),
             subject,
@@ -175,9 +133,11 @@ impl TokenExchange {
 impl TokenSource for TokenExchange {
     type Error = Error;
 
-    /// Reads the subject token and exchanges it, whatever the trigger.
+    /// Exchanges the subject store's current token, whatever the trigger.
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, Error> {
-        let subject = self.subject.read().await?;
+        let current = self.subject.current();
+        let value = current.header_value().as_bytes();
+        let subject = String::from_utf8_lossy(value.strip_prefix(b"Bearer ").unwrap_or(value));
         let mut form = Form::default();
         form.push("grant_type", GRANT_TYPE);
         form.push("subject_token", &subject);

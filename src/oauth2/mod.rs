@@ -75,7 +75,7 @@ mod request;
 pub use auth::ClientAuth;
 pub use client_credentials::ClientCredentials;
 pub use error::Error;
-pub use exchange::{SubjectToken, TokenExchange};
+pub use exchange::TokenExchange;
 
 /// The token endpoint's answer parser alone, for the fuzz targets (`--cfg fuzzing`, which
 /// cargo-fuzz sets; never in a normal build): the error, if the answer gives no token.

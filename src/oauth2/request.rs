@@ -146,7 +146,7 @@ impl Endpoint {
     }
 
     pub(super) fn set_roots(&mut self, roots: RootStore) {
-        self.https = Some(HttpsClient::builder(roots).build());
+        self.https = Some(HttpsClient::new(roots));
     }
 
     /// Adds the scope, audiences, resources and client authentication to `form` (which

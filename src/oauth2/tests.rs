@@ -176,13 +176,24 @@ fn debug_shows_neither_secrets_nor_assertions() {
     let auth = ClientAuth::client_assertion_file("/run/assertion");
     assert_eq!(format!("{auth:?}"), "client_assertion_file(/run/assertion)");
     assert_eq!(format!("{:?}", ClientAuth::none()), "none");
+}
 
-    let exchange = TokenExchange::new(endpoint, "app", SubjectToken::file("/run/subject"))
+#[tokio::test]
+async fn an_exchange_shows_its_subjects_source_never_its_token() {
+    let endpoint: http::Uri = "https://idp.test/token".parse().unwrap();
+    let subject = crate::test_support::loader("subject", || async {
+        Ok::<_, std::io::Error>(b"subject-token-secret".to_vec())
+    })
+    .load()
+    .await
+    .unwrap();
+    let exchange = TokenExchange::new(endpoint, "app", subject)
         .auth(ClientAuth::client_secret_post("hunter2-secret"));
     let shown = format!("{exchange:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(!shown.contains("subject-token-secret"), "{shown}");
     assert!(
-        shown.contains("file(/run/subject)") && shown.contains(super::exchange::TOKEN_TYPE_JWT),
+        shown.contains("loader subject") && shown.contains(super::exchange::TOKEN_TYPE_JWT),
         "{shown}"
     );
     assert_eq!(
@@ -227,20 +238,24 @@ async fn token_files_are_read_whole_trimmed_and_checked() {
     assert!(err.source().is_some());
 
     std::fs::write(&path, " \n").unwrap();
-    let err = read_token_file("subject token", &path).await.unwrap_err();
+    let err = read_token_file("client assertion", &path)
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("the subject token file {} is empty", path.display())
+        format!("the client assertion file {} is empty", path.display())
     );
 
     std::fs::write(&path, "aaa.bbb.ccc\nddd.eee.fff\n").unwrap();
-    let err = read_token_file("subject token", &path).await.unwrap_err();
+    let err = read_token_file("client assertion", &path)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("more than one token"), "{err}");
     assert!(!format!("{err:?}").contains("aaa"), "{err:?}");
 
     std::fs::write(&path, "aaa.bbb.ccc\n").unwrap();
     assert_eq!(
-        read_token_file("subject token", &path).await.unwrap(),
+        read_token_file("client assertion", &path).await.unwrap(),
         "aaa.bbb.ccc"
     );
     assert_eq!(

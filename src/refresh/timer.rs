@@ -191,7 +191,7 @@ fn next_moment(token: &Token, after: SystemTime) -> Option<SystemTime> {
 fn before_expiry(token: &Token, exp: SystemTime) -> Option<SystemTime> {
     let lifetime = exp.duration_since(token.loaded_at()).ok()?;
     let margin = (lifetime / 10).max(MIN_MARGIN);
-    let spread = jitter(token.fingerprint().as_u64(), margin / 4);
+    let spread = jitter(token.short_fingerprint().as_u64(), margin / 4);
     exp.checked_sub(margin + spread)
         .map(|at| at.max(token.loaded_at() + lifetime / 2))
 }

@@ -28,13 +28,13 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use bearer_reload::TokenStore;
-//! use bearer_reload::source::exec::{ExecSource, InteractiveMode};
+//! use bearer_reload::source::ExecSource;
 //!
 //! let credential = r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1",
 //!                      "status":{"token":"abc","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#;
 //! let plugin = ExecSource::new("echo")
 //!     .arg(credential)
-//!     .interactive_mode(InteractiveMode::Never);
+//!     .never_interactive();
 //! let store = TokenStore::builder(plugin).load().await?;
 //! assert_eq!(store.current().header_value(), "Bearer abc");
 //! assert!(store.status().expires_at.is_some());
@@ -99,8 +99,7 @@ const MAX_OUTPUT: usize = 1024 * 1024;
 
 /// Whether the plugin may talk to the user (a kubeconfig's `interactiveMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum InteractiveMode {
+pub(crate) enum InteractiveMode {
     /// Never: standard input is empty, standard error is captured for error messages.
     Never,
     /// When standard input is a terminal, the plugin shares it (and standard error) and
@@ -108,7 +107,8 @@ pub enum InteractiveMode {
     #[default]
     IfAvailable,
     /// The plugin needs a terminal: without one it is not run, and the fetch fails with
-    /// [`ExecError::NeedsTerminal`] at once rather than hang.
+    /// [`ExecError::NeedsTerminal`] at once rather than hang. Only from a kubeconfig.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     Always,
 }
 
@@ -171,7 +171,8 @@ impl fmt::Debug for ExecSource {
 impl ExecSource {
     /// The plugin `command`: a name looked up on `PATH`, or a path. Defaults: no
     /// arguments, `apiVersion` `client.authentication.k8s.io/v1`,
-    /// [`InteractiveMode::IfAvailable`], output up to 1 MiB.
+    /// the terminal shared when standard input is one (a kubeconfig's `interactiveMode:
+    /// IfAvailable`), output up to 1 MiB.
     pub fn new(command: impl Into<PathBuf>) -> Self {
         Self {
             command: command.into(),
@@ -227,8 +228,16 @@ impl ExecSource {
         self
     }
 
-    /// Whether the plugin may use the terminal (default [`InteractiveMode::IfAvailable`]).
-    pub fn interactive_mode(mut self, mode: InteractiveMode) -> Self {
+    /// Never give the plugin the terminal, even when standard input is one (a
+    /// kubeconfig's `interactiveMode: Never`): its standard input is empty, its standard
+    /// error is captured for error messages, and `KUBERNETES_EXEC_INFO` says
+    /// `interactive: false`. By default it shares the terminal when there is one.
+    pub fn never_interactive(self) -> Self {
+        self.interactive_mode(InteractiveMode::Never)
+    }
+
+    /// Whether the plugin may use the terminal: from a kubeconfig's `interactiveMode`.
+    pub(crate) fn interactive_mode(mut self, mode: InteractiveMode) -> Self {
         self.interactive = mode;
         self
     }

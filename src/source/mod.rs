@@ -78,7 +78,7 @@ pub use func::FnSource;
 pub use token_request::fuzz_parse_response;
 #[cfg(feature = "kube")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
-pub use token_request::{BoundObject, TokenRequestError, TokenRequestSource};
+pub use token_request::{TokenRequestError, TokenRequestSource};
 
 /// How often a file (or a closure) is read again by default.
 pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);

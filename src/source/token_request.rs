@@ -24,9 +24,8 @@ pub fn fuzz_parse_response(body: &str) -> Result<(), &'static str> {
 }
 
 pub use error::TokenRequestError;
-pub use spec::BoundObject;
 
-use spec::{DEFAULT_EXPIRATION, Spec};
+use spec::{BoundObject, DEFAULT_EXPIRATION, Spec};
 
 /// Tokens of a service account from the Kubernetes TokenRequest API, refreshed the way the
 /// kubelet refreshes them.
@@ -45,7 +44,7 @@ use spec::{DEFAULT_EXPIRATION, Spec};
 /// - **Failures** (403, 404, 5xx, timeouts) never replace a token that is still valid; the
 ///   timer retries after 1 s, 2 s, 4 s ..., never waiting past half the time the token has
 ///   left, and the store's [`status`](crate::TokenStore::status) shows the error, and
-///   `Freshness::Expired` once the token has expired. kube's own retry of 429/503/504 (on
+///   `expired` once the token has expired. kube's own retry of 429/503/504 (on
 ///   by default in `kube::Config`) runs inside each fetch until the store's
 ///   [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) ends it: turn it off
 ///   (`default_retry = false`) to leave retries to the store.
@@ -96,6 +95,7 @@ impl fmt::Debug for TokenRequestSource {
             .field("audiences", &self.spec.audiences)
             .field("expiration", &self.spec.expiration)
             .field("bound", &self.spec.bound)
+            .field("bound_uid", &self.spec.bound_uid)
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +113,7 @@ impl TokenRequestSource {
                 audiences: Vec::new(),
                 expiration: DEFAULT_EXPIRATION,
                 bound: None,
+                bound_uid: None,
             },
         }
     }
@@ -147,9 +148,39 @@ impl TokenRequestSource {
         self
     }
 
-    /// Binds each token to an object (`spec.boundObjectRef`), such as the workload's pod.
-    pub fn bound_to(mut self, object: BoundObject) -> Self {
-        self.spec.bound = Some(object);
+    /// Binds each token to the pod `name` (`spec.boundObjectRef`): the token is valid only
+    /// while the pod exists, as a projected token is. A token is bound to one object: a
+    /// later `bound_to_*` call replaces this one.
+    pub fn bound_to_pod(self, name: impl Into<String>) -> Self {
+        self.bound_to("Pod", name.into())
+    }
+
+    /// Binds each token to the secret `name`, as [`bound_to_pod`](Self::bound_to_pod)
+    /// does to a pod.
+    pub fn bound_to_secret(self, name: impl Into<String>) -> Self {
+        self.bound_to("Secret", name.into())
+    }
+
+    /// Binds each token to the node `name` (API servers from Kubernetes 1.32), as
+    /// [`bound_to_pod`](Self::bound_to_pod) does to a pod.
+    pub fn bound_to_node(self, name: impl Into<String>) -> Self {
+        self.bound_to("Node", name.into())
+    }
+
+    /// Only the bound object with this uid keeps the token valid: one deleted and created
+    /// again under the same name does not. Needs a `bound_to_*` call (in either order);
+    /// without one the first fetch fails with [`TokenRequestError::UidWithoutObject`].
+    pub fn bound_uid(mut self, uid: impl Into<String>) -> Self {
+        self.spec.bound_uid = Some(uid.into());
+        self
+    }
+
+    fn bound_to(mut self, kind: &'static str, name: String) -> Self {
+        self.spec.bound = Some(BoundObject {
+            kind,
+            name,
+            uid: None,
+        });
         self
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::token::TokenError;
 
-/// Why a token could not be loaded. The last good token stays in use.
+/// Why a token (or, feature `tls`, a certificate or CA bundle) could not be loaded. The
+/// last good one stays in use.
 ///
 /// Cheap to clone, so that every caller that shared one read gets the same error. Each
 /// message names the source first (a path, a loader, a command, a service account), and
@@ -26,7 +27,7 @@ use crate::token::TokenError;
 ///     .load()
 ///     .await
 ///     .unwrap_err();
-/// assert_eq!(err.to_string(), "cannot fetch a token from file /nonexistent/token");
+/// assert_eq!(err.to_string(), "cannot fetch from file /nonexistent/token");
 /// assert!(matches!(err.downcast_ref::<FileError>(), Some(FileError::Read { .. })));
 /// let cause = err.source().unwrap();
 /// assert_eq!(cause.to_string(), "cannot read the file");
@@ -40,10 +41,8 @@ pub enum LoadError {
     /// a loader's error. The source's error is the `source()`;
     /// [`LoadError::downcast_ref`] gets it as its own type (a
     /// [`FileError`](crate::source::FileError), ...).
-    #[error("cannot fetch {credential} from {origin}")]
+    #[error("cannot fetch from {origin}")]
     Fetch {
-        /// What was fetched.
-        credential: Credential,
         /// The source, as [`TokenSource::describe`](crate::source::TokenSource::describe)
         /// names it.
         origin: Arc<str>,
@@ -62,10 +61,8 @@ pub enum LoadError {
     },
     /// The fetch did not finish in time (a stuck mount, a FIFO without a writer, a hung
     /// loader or plugin); the last good token stays and later reloads are not held up.
-    #[error("fetching {credential} from {origin} took longer than {after:?}")]
+    #[error("fetching from {origin} took longer than {after:?}")]
     Timeout {
-        /// What was fetched.
-        credential: Credential,
         /// The source.
         origin: Arc<str>,
         /// The time limit.
@@ -92,11 +89,11 @@ impl LoadError {
     }
 }
 
-/// What a store holds, and its errors name: a bearer token, or (feature `tls`) a client
+/// What a store holds, as its logs name it: a bearer token, or (feature `tls`) a client
 /// certificate or a CA bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Credential {
+#[cfg_attr(not(feature = "tls"), allow(dead_code))] // only `tls` stores hold the others
+pub(crate) enum Credential {
     /// A bearer token.
     Token,
     /// A client certificate and its private key.
@@ -138,7 +135,6 @@ mod tests {
     fn the_chain_shows_each_cause_once_after_the_source() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
         let err = LoadError::Fetch {
-            credential: Credential::Token,
             origin: "file /run/token".into(),
             error: Arc::new(crate::source::FileError::Read {
                 path: "/run/token".into(),
@@ -147,7 +143,7 @@ mod tests {
         };
         assert_eq!(
             Chain(&err).to_string(),
-            "cannot fetch a token from file /run/token: cannot read the file: gone"
+            "cannot fetch from file /run/token: cannot read the file: gone"
         );
         let invalid = LoadError::Invalid {
             origin: "loader l".into(),
@@ -168,7 +164,7 @@ mod tests {
         assert_eq!(
             format!("{err:#}"),
             format!(
-                "cannot fetch a token from file {}: cannot read the file: No such file or \
+                "cannot fetch from file {}: cannot read the file: No such file or \
                  directory (os error 2)",
                 path.display()
             )

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use tokio::task::AbortHandle;
 
-use super::{Config, Credential, LoadError, Reloaded, Shared};
+use super::{Config, LoadError, Reloaded, Shared};
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
 
@@ -245,12 +245,10 @@ pub(crate) async fn fetch(
     match tokio::time::timeout(config.fetch_timeout, source.fetch_dyn(cx)).await {
         Ok(Ok(fetched)) => Ok(fetched),
         Ok(Err(error)) => Err(LoadError::Fetch {
-            credential: config.credential,
             origin: origin.clone(),
             error: Arc::from(error),
         }),
         Err(_) => Err(LoadError::Timeout {
-            credential: config.credential,
             origin: origin.clone(),
             after: config.fetch_timeout,
         }),
@@ -272,7 +270,6 @@ async fn read_loop(
     };
     let mut unfinished = Unfinished {
         store: store.clone(),
-        credential: config.credential,
         origin: origin.clone(),
         read: n,
         trigger,
@@ -299,7 +296,6 @@ async fn read_loop(
 /// starts a new read.
 struct Unfinished {
     store: Weak<Shared>,
-    credential: Credential,
     origin: Arc<str>,
     /// The read in flight; 0 once the task ended normally.
     read: u64,
@@ -315,7 +311,6 @@ impl Drop for Unfinished {
             return;
         };
         let error = LoadError::Fetch {
-            credential: self.credential,
             origin: self.origin.clone(),
             error: Arc::new(std::io::Error::other(
                 "the read was dropped unfinished: the tokio runtime running it shut down",

@@ -66,7 +66,8 @@ mod telemetry;
 mod weak;
 
 pub(crate) use error::Chain;
-pub use error::{Credential, LoadError};
+pub(crate) use error::Credential;
+pub use error::LoadError;
 pub use status::{Status, WatchState};
 
 pub(crate) use background::Start;
@@ -255,15 +256,15 @@ impl TokenStore {
         WeakStore::new(Arc::downgrade(&self.shared))
     }
 
-    /// The wall-clock time on the store's clock.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn now(&self) -> std::time::SystemTime {
-        self.shared.config.clock.now()
-    }
-
     /// A number of this store's own while it lives, for drawing its timer's jitter.
     pub(crate) fn jitter_key(&self) -> u64 {
         Arc::as_ptr(&self.shared) as usize as u64
+    }
+
+    /// How the current token stands now, on the store's clock (tests).
+    #[cfg(test)]
+    pub(crate) fn freshness(&self) -> crate::token::Freshness {
+        self.current().freshness_at(self.shared.config.clock.now())
     }
 
     /// Whether both are clones of the same store.
@@ -342,12 +343,12 @@ impl TokenStore {
         Status {
             source: s.origin.to_string(),
             generation: current.generation(),
+            subject: current.subject().map(str::to_owned),
             fingerprint: current.fingerprint(),
             loaded_at: current.loaded_at(),
-            kind: current.kind().clone(),
             expires_at: current.expires_at(),
             rotate_hint: current.rotate_hint(),
-            freshness: current.freshness_at(s.config.clock.now()),
+            expired: current.is_expired_at(s.config.clock.now()),
             reads: get(&c.reads),
             rotations: get(&c.rotations),
             failures: get(&c.failures),
@@ -447,7 +448,7 @@ impl fmt::Display for Shown<'_> {
         if self.0.has_attached() {
             fmt::Display::fmt(self.0, f)
         } else {
-            fmt::Display::fmt(&self.0.fingerprint(), f)
+            fmt::Display::fmt(&self.0.short_fingerprint(), f)
         }
     }
 }

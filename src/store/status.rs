@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use super::LoadError;
-use crate::token::{Fingerprint, Freshness, TokenKind};
 
-/// Whether the store learns of changes to its file as they happen.
+/// Whether the store learns of changes to its files as they happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WatchState {
@@ -35,48 +34,58 @@ pub enum WatchState {
 
 /// A snapshot of a store's state, for health checks and debugging. Holds no secret.
 ///
-/// From [`TokenStore::status`](crate::TokenStore::status).
+/// From [`TokenStore::status`](crate::TokenStore::status), and (feature `tls`) from the
+/// `status` of a client-certificate or CA-bundle store, whose fields say the same of the
+/// credential it holds.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Status {
-    /// Where the token comes from ([`TokenSource::describe`]: a path, a loader's name).
+    /// Where the credential comes from ([`TokenSource::describe`]: a path, a loader's
+    /// name, a command).
     ///
     /// [`TokenSource::describe`]: crate::source::TokenSource::describe
     pub source: String,
-    /// The current token's generation (1 for the first token).
+    /// The current credential's generation (1 for the first).
     pub generation: u64,
-    /// The current token's fingerprint.
-    pub fingerprint: Fingerprint,
-    /// When the current token was read.
+    /// Whom the current credential names, never a secret: a JWT's `sub`, a bootstrap
+    /// token's user (`system:bootstrap:<id>`), a client certificate's subject; `None` for
+    /// an opaque token and a CA bundle.
+    pub subject: Option<String>,
+    /// The current credential's fingerprint: a token's first 8 hex digits of its SHA-256,
+    /// a client certificate's SHA-256 as `openssl x509 -fingerprint -sha256` prints it; for
+    /// a CA bundle, a short one of all its certificates, which changes when any does.
+    pub fingerprint: String,
+    /// When the current credential was read.
     pub loaded_at: SystemTime,
-    /// What the current token is: a JWT and its claims, a bootstrap token and its id, or
-    /// opaque.
-    pub kind: TokenKind,
-    /// When the current token expires: the source's word, else a JWT's `exp`.
+    /// When the current credential expires: the source's word, else a JWT's `exp` or a
+    /// client certificate's `notAfter`; `None` when nothing says (an opaque token, a CA
+    /// bundle).
     pub expires_at: Option<SystemTime>,
     /// When the current token is due to be replaced: a JWT's `warnafter`, else its `exp`.
     pub rotate_hint: Option<SystemTime>,
-    /// How the current token stands against its dates now; [`Freshness::is_stale`] says
-    /// whether it is overdue for replacement or expired.
-    pub freshness: Freshness,
+    /// Whether the credential in use has expired (for a CA bundle: every authority in it)
+    /// because nothing newer came: servers will refuse it.
+    pub expired: bool,
     /// Reads of the source, successful or not.
     pub reads: u64,
-    /// Tokens installed after the first.
+    /// Credentials installed after the first.
     pub rotations: u64,
     /// Reads that failed and were reported.
     pub failures: u64,
     /// The error of the last read, if it failed; `None` once a read succeeds again.
     pub last_error: Option<LoadError>,
-    /// Whether changes to the file are watched, and whether anything refreshes the store
+    /// Whether changes to the files are watched, and whether anything refreshes the store
     /// in the background at all ([`WatchState::Stopped`]).
     pub watch: WatchState,
-    /// Responses classified as unauthorized, to requests that carried the store's token.
+    /// Refusals of the current credential seen: responses classified as unauthorized to
+    /// requests that carried the store's token; for a client certificate, handshakes the
+    /// server refused and 401s; for a CA bundle, server certificates it did not verify.
     pub unauthorized: u64,
-    /// Reads of the source those responses asked for.
+    /// Reads of the source those refusals asked for.
     pub unauthorized_reloads: u64,
-    /// Requests sent again with a newer token after an unauthorized response.
+    /// Requests sent again with a newer credential after a refusal.
     pub retries: u64,
-    /// Requests sent again whose second response was not unauthorized.
+    /// Requests sent again that were not refused the second time.
     pub retries_succeeded: u64,
     /// Since when the rotator has stalled, if it has: the token in use is past the point at
     /// which its writer should have replaced it (80% of `iat..exp` plus a minute, and past

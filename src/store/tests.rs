@@ -146,7 +146,7 @@ async fn a_failing_loader_keeps_the_last_good_token() {
     let store = src.loader().load().await.unwrap();
     src.set(Err("permission denied"));
     let err = store.reload().await.unwrap_err();
-    assert_eq!(err.to_string(), "cannot fetch a token from loader scripted");
+    assert_eq!(err.to_string(), "cannot fetch from loader scripted");
     assert_eq!(
         std::error::Error::source(&err).unwrap().to_string(),
         "permission denied"

@@ -12,7 +12,8 @@ use crate::clock::Rfc3339;
 /// The public facts of one X.509 certificate: who it names, who signed it, when it is
 /// valid, and its SHA-256 fingerprint. Holds no key.
 ///
-/// In [`CertificateStatus`](super::CertificateStatus) and the crate's logs.
+/// From [`IdentityStore::certificate`](super::IdentityStore::certificate) and
+/// [`RootStore::certificates`](super::RootStore::certificates), and in the crate's logs.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Certificate {

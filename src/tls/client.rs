@@ -31,7 +31,7 @@ use tower_service::Service;
 
 use super::connect::{Dialled, Tagging};
 use super::refusal::{Blame, blame};
-use super::{IdentityStore, RootStore, client_config};
+use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
 use crate::layer::clone_request;
 use crate::layer::refused::{AfterRefusal, Refused};
@@ -55,8 +55,11 @@ type Connector = Tagging<HttpsConnector<HttpConnector>>;
 /// request whose body can be copied ([`TryCloneBody`]) is then sent once more, on a new
 /// connection, when the reload brought a newer credential.
 ///
-/// A tower `Service`, cheap to clone; put a [`BearerLayer`](crate::BearerLayer) in front
-/// of it for a token as well.
+/// A tower `Service` for request bodies of type `B`, cheap to clone; put a
+/// [`BearerLayer`](crate::BearerLayer) in front of it for a token as well. By default it
+/// presents no client certificate, keeps hyper-util's default pool (idle connections kept
+/// 90 s, HTTP/1.1 and HTTP/2 by ALPN) and gives a TCP connect 30 s; each setter returns
+/// the client with fresh pools.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -70,7 +73,7 @@ type Connector = Tagging<HttpsConnector<HttpConnector>>;
 ///     .load()
 ///     .await?;
 /// let roots = RootStore::builder(FileSource::new("/etc/kubernetes/pki/ca.crt")).load().await?;
-/// let client = HttpsClient::builder(roots).identity(identity).build::<Empty<bytes::Bytes>>();
+/// let client = HttpsClient::<Empty<bytes::Bytes>>::new(roots).identity(identity);
 /// let response = client
 ///     .oneshot(http::Request::get("https://10.96.0.1/version").body(Empty::new())?)
 ///     .await?;
@@ -127,7 +130,7 @@ impl Stores {
 
 struct Shared<B> {
     stores: Stores,
-    builder: Builder,
+    settings: Settings,
     connector: Connector,
     /// The pool of the newest generations seen.
     current: Mutex<Arc<Pool<B>>>,
@@ -139,95 +142,90 @@ struct Pool<B> {
     client: Client<Connector, B>,
 }
 
-/// Builds an [`HttpsClient`]: from [`HttpsClient::builder`].
-#[derive(Debug)]
-pub struct HttpsClientBuilder {
-    stores: Stores,
+/// What a client is built from, besides its stores.
+#[derive(Debug, Clone)]
+struct Settings {
     server_name: Option<ServerName<'static>>,
     connect_timeout: Option<Duration>,
     builder: Builder,
 }
 
-impl HttpsClient<()> {
-    /// A builder of a client that trusts `roots`, with hyper-util's default pool (idle
-    /// connections kept 90 s, HTTP/1.1 and HTTP/2 by ALPN) and a connect timeout of 30 s.
-    pub fn builder(roots: RootStore) -> HttpsClientBuilder {
+impl<B> HttpsClient<B>
+where
+    B: http_body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// A client that trusts `roots` and presents no client certificate.
+    pub fn new(roots: RootStore) -> Self {
         let mut builder = Client::builder(TokioExecutor::new());
         builder.pool_timer(TokioTimer::new());
-        HttpsClientBuilder {
-            stores: Stores {
-                identity: None,
-                roots,
-            },
+        let stores = Stores {
+            identity: None,
+            roots,
+        };
+        let settings = Settings {
             server_name: None,
             connect_timeout: Some(Duration::from_secs(30)),
             builder,
-        }
+        };
+        Self::build(stores, settings)
     }
-}
 
-impl HttpsClientBuilder {
     /// Presents `identity`'s client certificate at each handshake (none by default).
-    pub fn identity(mut self, identity: IdentityStore) -> Self {
-        self.stores.identity = Some(identity);
-        self
+    pub fn identity(self, identity: IdentityStore) -> Self {
+        self.with(|stores, _| stores.identity = Some(identity))
     }
 
     /// Verifies servers (and sends SNI) for `name` instead of the host of each request's
     /// URI: a kubeconfig's `tls-server-name`.
-    pub fn server_name(mut self, name: ServerName<'static>) -> Self {
-        self.server_name = Some(name);
-        self
+    pub fn server_name(self, name: ServerName<'static>) -> Self {
+        self.with(|_, settings| settings.server_name = Some(name))
     }
 
     /// How long a TCP connect may take (30 s by default); `None` for no limit.
-    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.connect_timeout = timeout;
-        self
+    pub fn connect_timeout(self, timeout: Option<Duration>) -> Self {
+        self.with(|_, settings| settings.connect_timeout = timeout)
     }
 
     /// hyper-util's settings for each pool (idle timeout, HTTP/2 only, ...), instead of
     /// its defaults. A timer for the pool is needed for idle connections to be closed on
     /// time (`builder.pool_timer(hyper_util::rt::TokioTimer::new())`).
-    pub fn hyper(mut self, builder: Builder) -> Self {
-        self.builder = builder;
-        self
+    pub fn hyper(self, builder: Builder) -> Self {
+        self.with(|_, settings| settings.builder = builder)
     }
 
-    /// The client, for request bodies of type `B`.
-    pub fn build<B>(self) -> HttpsClient<B>
-    where
-        B: http_body::Body + Send + 'static + Unpin,
-        B::Data: Send,
-        B::Error: Into<BoxError>,
-    {
+    /// The same client changed by `change`, on new pools.
+    fn with(self, change: impl FnOnce(&mut Stores, &mut Settings)) -> Self {
+        let (mut stores, mut settings) = (self.shared.stores.clone(), self.shared.settings.clone());
+        change(&mut stores, &mut settings);
+        Self::build(stores, settings)
+    }
+
+    fn build(stores: Stores, settings: Settings) -> Self {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(self.connect_timeout);
+        http.set_connect_timeout(settings.connect_timeout);
         let tls = HttpsConnectorBuilder::new()
-            .with_tls_config(client_config(
-                &self.stores.roots,
-                self.stores.identity.as_ref(),
-            ))
+            .with_tls_config(stores.roots.client_config(stores.identity.as_ref()))
             .https_or_http();
-        let tls = match self.server_name {
+        let tls = match settings.server_name.clone() {
             Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
             None => tls,
         };
         let connector = Tagging {
             inner: tls.enable_all_versions().wrap_connector(http),
-            stores: self.stores.clone(),
+            stores: stores.clone(),
         };
-        let generations = self.stores.generations();
         let pool = Arc::new(Pool {
-            generations,
-            client: self.builder.build(connector.clone()),
+            generations: stores.generations(),
+            client: settings.builder.build(connector.clone()),
         });
         HttpsClient {
             shared: Arc::new(Shared {
-                stores: self.stores,
-                builder: self.builder,
+                stores,
+                settings,
                 connector,
                 current: Mutex::new(pool.clone()),
             }),
@@ -257,7 +255,7 @@ where
             );
             *current = Arc::new(Pool {
                 generations,
-                client: self.builder.build(self.connector.clone()),
+                client: self.settings.builder.build(self.connector.clone()),
             });
         }
         current.clone()
@@ -293,7 +291,8 @@ where
 {
     type Response = Response<Incoming>;
     type Error = Error;
-    type Future = ResponseFuture<B>;
+    // Boxed: an HTTPS round trip dwarfs the allocation.
+    type Future = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         Poll::Ready(Ok(()))
@@ -304,12 +303,12 @@ where
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.
         let sent = self.pool.generations;
-        ResponseFuture {
+        Box::pin(ResponseFuture {
             state: State::First { fut },
             shared: self.shared.clone(),
             sent,
             replay,
-        }
+        })
     }
 }
 
@@ -373,22 +372,13 @@ fn refusal(outcome: &Outcome) -> Option<(Blame, Option<Generations>)> {
 pin_project! {
     /// The response future of [`HttpsClient`]: hyper-util's, and after a refusal the
     /// reload of the credential refused and, for a request that can be, its second
-    /// sending. Unboxed until a refusal; the reload's wait is boxed.
-    pub struct ResponseFuture<B> {
+    /// sending.
+    struct ResponseFuture<B> {
         #[pin]
         state: State,
         shared: Arc<Shared<B>>,
         sent: Generations,
         replay: Option<Request<B>>,
-    }
-}
-
-impl<B> fmt::Debug for ResponseFuture<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("sent", &self.sent)
-            .field("replayable", &self.replay.is_some())
-            .finish_non_exhaustive()
     }
 }
 

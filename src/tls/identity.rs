@@ -11,13 +11,14 @@ use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, digest};
-use super::watched::{Shows, Watched};
-use super::{Certificate, CertificateError, CertificateStatus};
+use super::source::{Parse, Parsed, PemFiles, digest};
+use super::watched::Watched;
+use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
 use crate::source::exec::ExecSource;
-use crate::store::{Credential, LoadError, TokenStore};
+use crate::store::{Credential, LoadError, Status, TokenStore};
+use crate::token::AttachedValue;
 
 /// A parsed client identity: the chain and key rustls signs with, and the certificates'
 /// facts.
@@ -38,9 +39,13 @@ impl fmt::Display for Identity {
     }
 }
 
-impl Shows for Identity {
-    fn certificates(&self) -> Vec<Certificate> {
-        self.chain.clone()
+impl AttachedValue for Identity {
+    fn subject(&self) -> Option<&str> {
+        Some(&self.leaf().subject)
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        Some(self.leaf().fingerprint.clone())
     }
 
     fn is_expired_at(&self, now: SystemTime) -> bool {
@@ -100,7 +105,7 @@ impl Parse for Identity {
 /// Built like a token store, with the same options ([`StoreBuilder`]), on any source of
 /// PEM that holds the certificate chain and its key: one file holding both (the kubelet's
 /// `kubelet-client-current.pem`: a [`FileSource`](crate::source::FileSource)), two files
-/// ([`PemFiles`](super::PemFiles)), an exec plugin's `clientCertificateData` and
+/// ([`files`](Self::files)), an exec plugin's `clientCertificateData` and
 /// `clientKeyData` ([`exec`](Self::exec)), or a source of your own. Each read is checked:
 /// the PEM parses, the key is of a type rustls signs with, the key is the certificate's
 /// (a read between the writes of a certificate and its key is refused), and the
@@ -154,6 +159,22 @@ impl IdentityStore {
         Watched::<Identity>::builder(source, Self::from_store)
     }
 
+    /// A builder of the store on a certificate (with its chain) and its private key in two
+    /// PEM files: a kubeconfig's `client-certificate` and `client-key`, cert-manager's
+    /// `tls.crt` and `tls.key`. Both are watched, and read one after the other at each
+    /// fetch. A read between the writes of the two files (the new certificate beside the
+    /// old key) is refused by the key check ([`CertificateError::KeyMismatch`]), the last
+    /// good identity stays, and the watcher's retries (or the second file's event) read
+    /// the pair again. One file that holds both (the kubelet's
+    /// `kubelet-client-current.pem`) is a [`FileSource`](crate::source::FileSource) for
+    /// [`builder`](Self::builder).
+    pub fn files(
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> StoreBuilder<IdentityStore> {
+        Self::builder(PemFiles::new(cert, key))
+    }
+
     /// A builder of the store on an exec credential plugin that returns a client
     /// certificate (`status.clientCertificateData` and `status.clientKeyData`); its
     /// `expirationTimestamp`, when earlier than the certificate's `notAfter`, is the
@@ -189,9 +210,9 @@ impl IdentityStore {
         Ok(self.watched.reload().await?.leaf().clone())
     }
 
-    /// A snapshot of the store's state: the certificate's subject, issuer, dates and
-    /// fingerprint, never its key.
-    pub fn status(&self) -> CertificateStatus {
+    /// A snapshot of the store's state: the certificate's subject, fingerprint and
+    /// `notAfter`, the reads, the refusals; never the key.
+    pub fn status(&self) -> Status {
         self.watched.status()
     }
 
@@ -201,7 +222,7 @@ impl IdentityStore {
     /// A resumed TLS session skips the client certificate: a session made with the old
     /// identity would go on presenting it. Turn resumption off in a `ClientConfig` that
     /// uses this resolver (`config.resumption = rustls::client::Resumption::disabled()`),
-    /// as [`client_config`](super::client_config) does.
+    /// as [`RootStore::client_config`](super::RootStore::client_config) does.
     pub fn resolver(&self) -> Arc<dyn ResolvesClientCert> {
         Arc::new(Resolver(self.clone()))
     }

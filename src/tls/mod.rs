@@ -16,36 +16,35 @@
 //!   `ResolvesClientCert` that answers each handshake with the current one.
 //! - [`RootStore`]: the CA bundle; [`RootStore::verifier`] is a rustls
 //!   `ServerCertVerifier` over the current one.
-//! - [`PemFiles`]: a certificate and its key in two files (one file holding both is a
-//!   [`FileSource`](crate::source::FileSource)).
-//! - [`client_config`]: a rustls `ClientConfig` with both, and session resumption off.
+//! - [`IdentityStore::files`]: a certificate and its key in two files (one file holding
+//!   both is a [`FileSource`](crate::source::FileSource)).
+//! - [`RootStore::client_config`]: a rustls `ClientConfig` with both, and session
+//!   resumption off.
 //! - [`HttpsClient`]: a hyper-util client with both, that retires its connections on
 //!   rotation and reloads (and retries) on a refusal.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! use bearer_reload::source::FileSource;
-//! use bearer_reload::tls::{HttpsClient, IdentityStore, PemFiles, RootStore};
+//! use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
 //! use bearer_reload::{BearerLayer, TokenStore};
 //! use http_body_util::Empty;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! // cert-manager's Secret in a projected volume, and the cluster's CA.
-//! let identity = IdentityStore::builder(PemFiles::new("/tls/tls.crt", "/tls/tls.key"))
-//!     .load()
-//!     .await?;
+//! let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 //! let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
 //! let roots = RootStore::builder(FileSource::new(format!("{sa}/ca.crt"))).load().await?;
 //! let token = TokenStore::builder(FileSource::new(format!("{sa}/token"))).load().await?;
 //!
-//! let https = HttpsClient::builder(roots).identity(identity.clone()).build();
+//! let https = HttpsClient::new(roots).identity(identity.clone());
 //! let client = ServiceBuilder::new()
 //!     .layer(BearerLayer::new(token).retry_unauthorized())
 //!     .service(https);
 //! let response = client
 //!     .oneshot(http::Request::get("https://kubernetes.default.svc/version").body(Empty::<bytes::Bytes>::new())?)
 //!     .await?;
-//! println!("{} as {}", response.status(), identity.status().certificates[0].subject);
+//! println!("{} as {}", response.status(), identity.certificate().subject);
 //! # Ok(()) }
 //! ```
 //!
@@ -62,13 +61,13 @@
 //!
 //! Pools this crate does not own keep their connections:
 //!
-//! - **reqwest**: give it [`client_config`] with `ClientBuilder::use_preconfigured_tls`
+//! - **reqwest**: give it [`RootStore::client_config`] with `ClientBuilder::use_preconfigured_tls`
 //!   (set `alpn_protocols` for HTTP/2): new connections present the new identity, but idle
 //!   ones are reused until `pool_idle_timeout` (90 s by default); to bound that, set it
 //!   shorter, or `pool_max_idle_per_host(0)` to reuse none.
 //! - **tonic**: a `Channel` holds one HTTP/2 connection and reconnects only when it breaks.
 //!   Give `Endpoint::connect_with_connector` an `hyper_rustls::HttpsConnector` built on
-//!   [`client_config`] (new connections use the current credentials), and to retire the
+//!   [`RootStore::client_config`] (new connections use the current credentials), and to retire the
 //!   old one build a new `Channel` when [`IdentityStore::subscribe`] says the identity
 //!   changed; the old channel's calls finish on the old connection.
 //!
@@ -76,7 +75,7 @@
 //!
 //! A resumed TLS session skips both the client certificate and the server's verification:
 //! a session ticket from before a rotation would let the old identity, or roots no longer
-//! trusted, survive it. [`client_config`] turns resumption off, so that every connection
+//! trusted, survive it. [`RootStore::client_config`] turns resumption off, so that every connection
 //! makes a full handshake with the credentials current at that moment; a `ClientConfig`
 //! of your own that uses the resolver or the verifier should do the same.
 
@@ -88,34 +87,10 @@ mod identity;
 mod refusal;
 mod roots;
 mod source;
-mod status;
 mod watched;
 
-use std::sync::Arc;
-
 pub use certificate::Certificate;
-pub use client::{HttpsClient, HttpsClientBuilder, ResponseFuture};
+pub use client::HttpsClient;
 pub use error::CertificateError;
 pub use identity::IdentityStore;
 pub use roots::RootStore;
-pub use source::PemFiles;
-pub use status::CertificateStatus;
-
-/// A rustls `ClientConfig` (ring) that verifies servers with `roots`' current CA bundle,
-/// presents `identity`'s current client certificate (none when `None`), and resumes no
-/// session (see [Session resumption](self#session-resumption)). TLS 1.2 and 1.3; no ALPN
-/// protocols (hyper-rustls sets its own; set `alpn_protocols` for another client).
-pub fn client_config(roots: &RootStore, identity: Option<&IdentityStore>) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(roots.verifier());
-    let mut config = match identity {
-        Some(identity) => builder.with_client_cert_resolver(identity.resolver()),
-        None => builder.with_no_client_auth(),
-    };
-    config.resumption = rustls::client::Resumption::disabled();
-    config
-}

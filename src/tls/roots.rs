@@ -12,11 +12,12 @@ use rustls::{DigitallySignedStruct, Error as TlsError, RootCertStore, SignatureS
 use tokio::sync::watch;
 
 use super::source::{Parse, Parsed, digest};
-use super::watched::{Shows, Watched};
-use super::{Certificate, CertificateError, CertificateStatus};
+use super::watched::Watched;
+use super::{Certificate, CertificateError, IdentityStore};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
-use crate::store::{Credential, LoadError, TokenStore};
+use crate::store::{Credential, LoadError, Status, TokenStore};
+use crate::token::AttachedValue;
 
 /// A parsed CA bundle: rustls's verifier over it, and the authorities' facts.
 pub(crate) struct Roots {
@@ -34,9 +35,13 @@ impl fmt::Display for Roots {
     }
 }
 
-impl Shows for Roots {
-    fn certificates(&self) -> Vec<Certificate> {
-        self.certificates.clone()
+impl AttachedValue for Roots {
+    fn subject(&self) -> Option<&str> {
+        None
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        None
     }
 
     fn is_expired_at(&self, now: SystemTime) -> bool {
@@ -163,8 +168,9 @@ impl RootStore {
         Ok(self.watched.reload().await?.certificates.clone())
     }
 
-    /// A snapshot of the store's state: each authority's subject, dates and fingerprint.
-    pub fn status(&self) -> CertificateStatus {
+    /// A snapshot of the store's state: the reads, the failures, the refusals
+    /// ([`certificates`](Self::certificates) lists the authorities).
+    pub fn status(&self) -> Status {
         self.watched.status()
     }
 
@@ -172,6 +178,27 @@ impl RootStore {
     /// current bundle (rustls's `WebPkiServerVerifier`, one per bundle).
     pub fn verifier(&self) -> Arc<dyn ServerCertVerifier> {
         Arc::new(Verifier(self.clone()))
+    }
+
+    /// A rustls `ClientConfig` (ring) that verifies servers with this store's current
+    /// bundle, presents `identity`'s current client certificate (none when `None`), and
+    /// resumes no session (see [Session resumption](super#session-resumption)): for a
+    /// client whose pool this crate does not own (reqwest's
+    /// `use_preconfigured_tls`, a tonic connector). TLS 1.2 and 1.3; no ALPN protocols
+    /// (hyper-rustls sets its own; set `alpn_protocols` for another client).
+    pub fn client_config(&self, identity: Option<&IdentityStore>) -> rustls::ClientConfig {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .dangerous()
+            .with_custom_certificate_verifier(self.verifier());
+        let mut config = match identity {
+            Some(identity) => builder.with_client_cert_resolver(identity.resolver()),
+            None => builder.with_no_client_auth(),
+        };
+        config.resumption = rustls::client::Resumption::disabled();
+        config
     }
 
     pub(crate) fn token_store(&self) -> &TokenStore {

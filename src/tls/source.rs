@@ -1,7 +1,6 @@
 //! Where PEM comes from: [`PemFiles`] (a certificate and its key in two files), and the
 //! wrapper that turns any source's PEM into a parsed credential for the store.
 
-use std::fmt;
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,18 +11,12 @@ use sha2::{Digest, Sha256};
 use super::CertificateError;
 use crate::source::{BoxError, FetchContext, Fetched, FileError, FileSource, TokenSource};
 use crate::store::Credential;
+use crate::token::AttachedValue;
 
-/// A client certificate (with its chain) and its private key in two PEM files: a
-/// kubeconfig's `client-certificate` and `client-key`, cert-manager's `tls.crt` and
-/// `tls.key`. Both are watched, and read one after the other at each fetch.
-///
-/// A read between the writes of the two files (the new certificate beside the old key)
-/// is refused by the key check ([`CertificateError::KeyMismatch`]), the last good identity
-/// stays, and the watcher's retries (or the second file's event) read the pair again. A
-/// kubelet's `kubelet-client-current.pem`, which holds both, is one
-/// [`FileSource`](crate::source::FileSource).
+/// A client certificate (with its chain) and its private key in two PEM files (see
+/// [`IdentityStore::files`](super::IdentityStore::files)).
 #[derive(Debug, Clone)]
-pub struct PemFiles {
+pub(crate) struct PemFiles {
     paths: [PathBuf; 2],
     cert: FileSource,
     key: FileSource,
@@ -31,7 +24,7 @@ pub struct PemFiles {
 
 impl PemFiles {
     /// The certificate at `cert` and the key at `key`.
-    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
         let (cert, key) = (cert.into(), key.into());
         Self {
             cert: FileSource::new(&cert),
@@ -102,7 +95,7 @@ pub(crate) struct Parsed<T> {
 }
 
 /// A credential that PEM bytes parse into.
-pub(crate) trait Parse: fmt::Display + Send + Sync + Sized + 'static {
+pub(crate) trait Parse: AttachedValue + Sized {
     /// What it is, for the store's errors.
     const CREDENTIAL: Credential;
 

@@ -6,10 +6,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::source::{Parse, PemSource};
-use super::{Certificate, CertificateStatus};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
-use crate::store::{LoadError, TokenStore};
+use crate::store::{LoadError, Status, TokenStore};
+use crate::token::AttachedValue;
 
 /// A store of `T`s.
 pub(crate) struct Watched<T> {
@@ -26,16 +26,7 @@ impl<T> Clone for Watched<T> {
     }
 }
 
-/// What a credential shows in its status.
-pub(crate) trait Shows {
-    /// Its certificates: an identity's chain, leaf first; a bundle's authorities.
-    fn certificates(&self) -> Vec<Certificate>;
-    /// Whether it is no longer valid: an identity whose certificate expired, a bundle all
-    /// of whose authorities did.
-    fn is_expired_at(&self, now: std::time::SystemTime) -> bool;
-}
-
-impl<T: Parse + Shows> Watched<T> {
+impl<T: Parse + AttachedValue> Watched<T> {
     /// A builder of a store of `T` on `source`'s PEM, handed out as `S`.
     pub(crate) fn builder<S>(
         source: impl TokenSource,
@@ -68,28 +59,8 @@ impl<T: Parse + Shows> Watched<T> {
         Ok(self.current())
     }
 
-    pub(crate) fn status(&self) -> CertificateStatus {
-        let token = self.store.current();
-        let current: Arc<T> = token
-            .attached()
-            .expect("every token of a credential's store carries the credential");
-        let s = self.store.status();
-        CertificateStatus {
-            source: s.source,
-            generation: s.generation,
-            certificates: current.certificates(),
-            loaded_at: s.loaded_at,
-            expires_at: s.expires_at,
-            expired: current.is_expired_at(self.store.now()),
-            reads: s.reads,
-            rotations: s.rotations,
-            failures: s.failures,
-            last_error: s.last_error,
-            watch: s.watch,
-            refused: s.unauthorized,
-            refused_reloads: s.unauthorized_reloads,
-            retries: s.retries,
-            retries_succeeded: s.retries_succeeded,
-        }
+    /// The store's status: its token speaks for the credential (see `AttachedValue`).
+    pub(crate) fn status(&self) -> Status {
+        self.store.status()
     }
 }

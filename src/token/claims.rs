@@ -37,73 +37,42 @@ const OVERDUE_GRACE: Duration = Duration::from_secs(60);
 ///
 /// Read from the token's payload without verifying its signature. Dates are the JWT's
 /// numeric dates (seconds since the Unix epoch) as [`SystemTime`].
-///
-/// ```
-/// use bearer_reload::token::{Token, TokenKind};
-///
-/// // {"alg":"none"} . {"sub":"system:serviceaccount:default:app","exp":1800000000} .
-/// let jwt = "eyJhbGciOiJub25lIn0\
-///     .eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6ZGVmYXVsdDphcHAiLCJleHAiOjE4MDAwMDAwMDB9.";
-/// let token = Token::parse(jwt.as_bytes()).unwrap();
-/// let TokenKind::Jwt(claims) = token.kind() else { panic!("not a JWT") };
-/// assert_eq!(claims.sub.as_deref(), Some("system:serviceaccount:default:app"));
-/// assert_eq!(
-///     claims.exp,
-///     Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000))
-/// );
-/// ```
 #[derive(Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Claims {
+pub(crate) struct Claims {
     /// `iss`: who issued the token.
-    pub iss: Option<String>,
+    pub(crate) iss: Option<String>,
     /// `sub`: whom the token is for (`system:serviceaccount:<namespace>:<name>` for a
     /// Kubernetes service account).
-    pub sub: Option<String>,
+    pub(crate) sub: Option<String>,
     /// `aud`: the audiences the token is for (one string or an array in the JWT).
-    pub aud: Vec<String>,
+    pub(crate) aud: Vec<String>,
     /// `iat`: when the token was issued.
-    pub iat: Option<SystemTime>,
+    pub(crate) iat: Option<SystemTime>,
     /// `nbf`: the token is not valid before this time.
-    pub nbf: Option<SystemTime>,
+    pub(crate) nbf: Option<SystemTime>,
     /// `exp`: the token is not valid from this time on.
-    pub exp: Option<SystemTime>,
+    pub(crate) exp: Option<SystemTime>,
     /// `kubernetes.io` `warnafter`: when the API server starts to count the token as
     /// stale.
     ///
     /// Set on tokens whose `exp` the API server extended (by default to a year) for clients
     /// that do not reload their token: the token's real lifetime ends here, and the kubelet
     /// rotates it on this schedule, not on `exp`'s.
-    pub warnafter: Option<SystemTime>,
+    pub(crate) warnafter: Option<SystemTime>,
     /// `kubernetes.io` `namespace`: the namespace of the service account (from the
     /// `kubernetes.io` object of a bound token, or the flat
     /// `kubernetes.io/serviceaccount/namespace` claim of a legacy secret-based token).
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// `kubernetes.io` `serviceaccount.name`: the name of the service account (legacy:
     /// `kubernetes.io/serviceaccount/service-account.name`).
-    pub service_account: Option<String>,
+    pub(crate) service_account: Option<String>,
     /// `kubernetes.io` `pod.name`: the pod the token is bound to.
-    pub pod: Option<String>,
+    pub(crate) pod: Option<String>,
 }
 
 /// How a token stands against the dates in its claims, at some time.
-///
-/// ```
-/// use std::time::{Duration, UNIX_EPOCH};
-/// use bearer_reload::token::{Freshness, Token};
-///
-/// // {"alg":"none"} . {"iat":1000,"exp":4600} .
-/// let token = Token::parse(b"eyJhbGciOiJub25lIn0.eyJpYXQiOjEwMDAsImV4cCI6NDYwMH0.").unwrap();
-/// let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
-/// assert_eq!(token.freshness_at(at(2000)), Freshness::Fresh);
-/// // 80% of iat..exp (3880), plus a minute: the writer should have replaced it by now.
-/// assert_eq!(token.freshness_at(at(3950)), Freshness::Overdue);
-/// assert_eq!(token.freshness_at(at(4600)), Freshness::Expired);
-/// assert!(token.freshness_at(at(4600)).is_stale());
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Freshness {
+pub(crate) enum Freshness {
     /// The token carries no expiry (an opaque or bootstrap token, a JWT without `exp`).
     Unknown,
     /// Within its lifetime, and not past the point at which it should have been replaced.
@@ -118,7 +87,7 @@ pub enum Freshness {
 
 impl Freshness {
     /// Whether the token is overdue for replacement or expired.
-    pub fn is_stale(self) -> bool {
+    pub(crate) fn is_stale(self) -> bool {
         matches!(self, Freshness::Overdue | Freshness::Expired)
     }
 }
@@ -128,12 +97,12 @@ impl Claims {
     ///
     /// For a token whose `exp` the API server extended to a year, this is the token's real
     /// lifetime (`warnafter`), not the year.
-    pub fn rotate_hint(&self) -> Option<SystemTime> {
+    pub(crate) fn rotate_hint(&self) -> Option<SystemTime> {
         self.warnafter.or(self.exp)
     }
 
     /// How the token stands at `now`.
-    pub fn freshness_at(&self, now: SystemTime) -> Freshness {
+    pub(crate) fn freshness_at(&self, now: SystemTime) -> Freshness {
         let Some(exp) = self.exp else {
             return Freshness::Unknown;
         };

@@ -130,6 +130,7 @@ mod kinds {
             panic!("{t:?}")
         };
         assert_eq!(claims.iat, Some(at(iat)));
+        assert_eq!(t.subject(), Some("system:serviceaccount:payments:api"));
         assert_eq!(t.expires_at(), Some(at(iat + 365 * 86_400)));
         assert_eq!(t.rotate_hint(), Some(at(iat + 3607)));
         let fp = t.fingerprint();
@@ -160,9 +161,10 @@ mod kinds {
         assert_eq!(
             t.kind(),
             &TokenKind::Bootstrap {
-                id: "07401b".into()
+                user: "system:bootstrap:07401b".into()
             }
         );
+        assert_eq!(t.subject(), Some("system:bootstrap:07401b"));
         assert_eq!(t.expires_at(), None);
         assert_eq!(
             t.freshness_at(std::time::SystemTime::now()),
@@ -192,6 +194,7 @@ mod kinds {
         ] {
             let token = parse(t);
             assert_eq!(token.kind(), &TokenKind::Opaque, "{t}");
+            assert_eq!(token.subject(), None, "{t}");
             assert_eq!(
                 token.to_string(),
                 format!("opaque token {}", token.fingerprint())
@@ -302,8 +305,8 @@ mod kinds {
             for secret in &case.secrets {
                 prop_assert!(!out.contains(secret.as_str()), "{} in {}", secret, out);
             }
-            if let TokenKind::Bootstrap { id } = token.kind() {
-                let needle = ["id ", id].concat();
+            if let TokenKind::Bootstrap { user } = token.kind() {
+                let needle = ["id ", bootstrap_id_of(user)].concat();
                 prop_assert!(out.contains(&needle));
             }
         });

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use bearer_reload::source::exec::{ExecSource, InteractiveMode};
+use bearer_reload::source::ExecSource;
 use serde_json::json;
 
 /// The `apiVersion` the plugin is configured for and answers in.
@@ -60,7 +60,7 @@ impl Plugin {
 
     /// The plugin as a source built by hand (interactive mode off).
     pub fn source(&self) -> ExecSource {
-        ExecSource::new(&self.script).interactive_mode(InteractiveMode::Never)
+        ExecSource::new(&self.script).never_interactive()
     }
 
     /// From the next run on, the plugin prints `token`, with `expires` as its

@@ -165,6 +165,15 @@ pub async fn kube_config(path: &Path) -> kube::Config {
         .unwrap()
 }
 
+/// A client as an application builds one: the credentials `config` calls for, and a
+/// client on them.
+#[cfg(feature = "kube")]
+pub async fn kube_client(config: kube::Config) -> Result<kube::Client, bearer_reload::kube::Error> {
+    bearer_reload::kube::Credentials::load(&config)
+        .await?
+        .client(config)
+}
+
 /// An error and its causes on one line, `a: b: c`, as `anyhow`'s `{:#}` prints them.
 pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut line = error.to_string();

@@ -34,6 +34,11 @@ pub enum TokenRequestError {
     /// An empty audience.
     #[error("an audience is empty")]
     EmptyAudience,
+    /// A bound object's uid without a bound object
+    /// ([`bound_uid`](super::TokenRequestSource::bound_uid) without `bound_to_pod`,
+    /// `bound_to_secret` or `bound_to_node`).
+    #[error("a bound object's uid is given without a bound object")]
+    UidWithoutObject,
     /// 403: the client may not create tokens for this service account (RBAC: `create` on
     /// `serviceaccounts/token`).
     #[error("forbidden to create tokens (403): {message}")]

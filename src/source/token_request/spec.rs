@@ -1,5 +1,5 @@
 //! What a [`TokenRequestSource`](super::TokenRequestSource) asks the API for, checked
-//! against the API's rules before any request is made; and [`BoundObject`].
+//! against the API's rules before any request is made; and the object a token is bound to.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -21,43 +21,14 @@ pub(super) const DEFAULT_EXPIRATION: Duration = Duration::from_secs(3600);
 /// The object a token is bound to (`spec.boundObjectRef`): the token is valid only while
 /// that object exists (and has that uid, when given).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct BoundObject {
-    kind: &'static str,
-    name: String,
-    uid: Option<String>,
+pub(super) struct BoundObject {
+    /// `Pod`, `Secret` or `Node`.
+    pub(super) kind: &'static str,
+    pub(super) name: String,
+    pub(super) uid: Option<String>,
 }
 
 impl BoundObject {
-    /// A pod, by name.
-    pub fn pod(name: impl Into<String>) -> Self {
-        Self::of("Pod", name)
-    }
-
-    /// A secret, by name.
-    pub fn secret(name: impl Into<String>) -> Self {
-        Self::of("Secret", name)
-    }
-
-    /// A node, by name (API servers from Kubernetes 1.32).
-    pub fn node(name: impl Into<String>) -> Self {
-        Self::of("Node", name)
-    }
-
-    fn of(kind: &'static str, name: impl Into<String>) -> Self {
-        Self {
-            kind,
-            name: name.into(),
-            uid: None,
-        }
-    }
-
-    /// Only the object with this uid: one deleted and created again under the same name
-    /// does not keep the token valid.
-    pub fn uid(mut self, uid: impl Into<String>) -> Self {
-        self.uid = Some(uid.into());
-        self
-    }
-
     pub(super) fn to_json(&self) -> Value {
         let mut reference = json!({"apiVersion": "v1", "kind": self.kind, "name": self.name});
         if let Some(uid) = &self.uid {
@@ -75,6 +46,8 @@ pub(super) struct Spec {
     pub(super) audiences: Vec<String>,
     pub(super) expiration: Duration,
     pub(super) bound: Option<BoundObject>,
+    /// The uid of the bound object, given apart from it.
+    pub(super) bound_uid: Option<String>,
 }
 
 /// A request the API accepts, ready to send.
@@ -111,6 +84,14 @@ impl Spec {
         {
             return Err(invalid_name("bound object", &bound.name, problem));
         }
+        let bound = match (&self.bound, &self.bound_uid) {
+            (None, Some(_)) => return Err(TokenRequestError::UidWithoutObject),
+            (Some(object), uid) => Some(BoundObject {
+                uid: uid.clone(),
+                ..object.clone()
+            }),
+            (None, None) => None,
+        };
         if audiences.iter().any(String::is_empty) {
             return Err(TokenRequestError::EmptyAudience);
         }
@@ -127,14 +108,14 @@ impl Spec {
             self.name,
             audiences,
             seconds,
-            self.bound.as_ref().map(BoundObject::to_json),
+            bound.as_ref().map(BoundObject::to_json),
         ]))
         .expect("a JSON value serializes");
         let mut hasher = DefaultHasher::new();
         key.hash(&mut hasher);
         Ok(Checked {
             path: format!("/api/v1/namespaces/{}/serviceaccounts", self.namespace),
-            body: wire::request_body(&audiences, expiration, self.bound.as_ref()),
+            body: wire::request_body(&audiences, expiration, bound.as_ref()),
             expiration,
             seed: hasher.finish(),
         })

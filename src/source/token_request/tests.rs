@@ -83,11 +83,16 @@ async fn what_the_api_would_refuse_is_refused_before_any_request() {
         }
     ));
     assert!(matches!(
-        err(source().bound_to(BoundObject::pod("-x"))),
+        err(source().bound_to_pod("-x")),
         TokenRequestError::InvalidName {
             what: "bound object",
             ..
         }
+    ));
+    // A uid alone binds to nothing: refused rather than dropped.
+    assert!(matches!(
+        err(source().bound_uid("9e1c7b2a")),
+        TokenRequestError::UidWithoutObject
     ));
     assert!(matches!(
         err(source().audience("")),
@@ -141,7 +146,7 @@ async fn an_invalid_request_fails_the_load_naming_the_account() {
         .unwrap_err();
     assert_eq!(
         format!("{}", crate::store::Chain(&err)),
-        "cannot fetch a token from serviceaccount team-a/payments (TokenRequest, audiences: \
+        "cannot fetch from serviceaccount team-a/payments (TokenRequest, audiences: \
          vault): expirationSeconds 60 is below the API's minimum of 600 (10 minutes)"
     );
 }
@@ -170,7 +175,7 @@ async fn defaults_come_from_the_client_and_the_api() {
 
 #[tokio::test]
 async fn debug_shows_what_it_asks_for() {
-    let debug = format!("{:?}", source().bound_to(BoundObject::pod("web-0")));
+    let debug = format!("{:?}", source().bound_to_pod("web-0"));
     for part in [
         "TokenRequestSource",
         "team-a",
@@ -187,7 +192,10 @@ async fn debug_shows_what_it_asks_for() {
 async fn the_request_carries_audiences_expiration_and_bound_object() {
     let source = source()
         .audiences(["https://billing.example", "vault"])
-        .bound_to(BoundObject::pod("web-0").uid("9e1c7b2a"));
+        // The uid may come first; a later bound_to_* replaces the object, not the uid.
+        .bound_uid("9e1c7b2a")
+        .bound_to_node("n1")
+        .bound_to_pod("web-0");
     let body: Value = serde_json::from_slice(&source.spec.check().unwrap().body).unwrap();
     assert_eq!(
         body["spec"],
@@ -200,6 +208,18 @@ async fn the_request_carries_audiences_expiration_and_bound_object() {
     assert_eq!(
         source.describe(),
         "serviceaccount team-a/payments (TokenRequest, audiences: https://billing.example, vault)"
+    );
+    let bound = |source: TokenRequestSource| {
+        let body: Value = serde_json::from_slice(&source.spec.check().unwrap().body).unwrap();
+        body["spec"]["boundObjectRef"].clone()
+    };
+    assert_eq!(
+        bound(self::source().bound_to_secret("creds")),
+        json!({"apiVersion": "v1", "kind": "Secret", "name": "creds"})
+    );
+    assert_eq!(
+        bound(self::source().bound_to_node("n1")),
+        json!({"apiVersion": "v1", "kind": "Node", "name": "n1"})
     );
 }
 
@@ -223,15 +243,13 @@ async fn each_part_of_the_request_draws_its_own_jitter() {
         source()
             .audience("billing")
             .expiration(Duration::from_secs(601)),
+        source().audience("billing").bound_to_pod("web-0"),
+        source().audience("billing").bound_to_secret("web-0"),
         source()
             .audience("billing")
-            .bound_to(BoundObject::pod("web-0")),
-        source()
-            .audience("billing")
-            .bound_to(BoundObject::secret("web-0")),
-        source()
-            .audience("billing")
-            .bound_to(BoundObject::pod("web-0").uid("u")),
+            .bound_to_pod("web-0")
+            .bound_uid("u"),
+        source().audience("billing").bound_to_node("web-0"),
     ];
     let mut seeds: Vec<u64> = differs.into_iter().map(seed).collect();
     seeds.push(base);
