@@ -1,6 +1,6 @@
-//! A kubeconfig user whose client certificate rotates under load: this crate's
-//! `bearer_reload::kube::Credentials` and kube's own client, built from the same kubeconfig, against the same
-//! HTTPS server, which refuses each old certificate the moment its successor is written
+//! A kubeconfig user whose client certificate rotates under load: a client built on this
+//! crate's `bearer_reload::kube::Credentials` and kube's own client, built from the same
+//! kubeconfig, against the same HTTPS server, which refuses each old certificate the moment its successor is written
 //! (a revoking rotation: the worst case, and what a CA that rotates on compromise does).
 //!
 //! ```text

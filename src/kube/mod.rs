@@ -84,8 +84,9 @@
 //!
 //! Outermost → innermost, the stack is:
 //! kube's retry of 429/503/504 (when [`Config::default_retry`] is on) →
-//! [`BearerLayer`](crate::BearerLayer) with its 401 retry → a `Buffer` → kube's default stack (base URI, decompression,
-//! extra headers, tracing, the HTTPS client), following the rules in
+//! [`BearerLayer`](crate::BearerLayer) with its 401 retry → a `Buffer` → kube's default
+//! stack (base URI, decompression, extra headers, tracing, the HTTPS client), following the
+//! rules in
 //! [the crate docs](crate#where-the-layer-goes). Each attempt of kube's retry thus carries
 //! the token current at that moment, and each gets at most one 401 retry. Request bodies
 //! that kube buffers (all of `Api`'s) are replayed on a retry. kube's `Client` wraps the
@@ -102,8 +103,8 @@
 //! the in-cluster `ca.crt` again only after 60 s.
 //!
 //! The stack is then, outermost → innermost: kube's base URI, kube's retry of
-//! 429/503/504, the [`BearerLayer`](crate::BearerLayer) with its 401 retry (when there is a token), kube's
-//! auth for what the config still holds (an inline token, a username and password),
+//! 429/503/504, the [`BearerLayer`](crate::BearerLayer) with its 401 retry (when there is a
+//! token), kube's auth for what the config still holds (an inline token, a username and password),
 //! kube's extra headers and impersonation, the `HttpsClient` with the config's
 //! `connect_timeout` and `tls_server_name`. Left out, as kube's own client has them: the
 //! config's read and write timeouts and kube's tracing spans. A config with a

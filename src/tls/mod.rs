@@ -61,23 +61,24 @@
 //!
 //! Pools this crate does not own keep their connections:
 //!
-//! - **reqwest**: give it [`RootStore::client_config`] with `ClientBuilder::use_preconfigured_tls`
-//!   (set `alpn_protocols` for HTTP/2): new connections present the new identity, but idle
-//!   ones are reused until `pool_idle_timeout` (90 s by default); to bound that, set it
-//!   shorter, or `pool_max_idle_per_host(0)` to reuse none.
+//! - **reqwest**: give it [`RootStore::client_config`] with
+//!   `ClientBuilder::use_preconfigured_tls` (set `alpn_protocols` for HTTP/2): new
+//!   connections present the new identity, but idle ones are reused until
+//!   `pool_idle_timeout` (90 s by default); to bound that, set it shorter, or
+//!   `pool_max_idle_per_host(0)` to reuse none.
 //! - **tonic**: a `Channel` holds one HTTP/2 connection and reconnects only when it breaks.
 //!   Give `Endpoint::connect_with_connector` an `hyper_rustls::HttpsConnector` built on
-//!   [`RootStore::client_config`] (new connections use the current credentials), and to retire the
-//!   old one build a new `Channel` when [`IdentityStore::subscribe`] says the identity
-//!   changed; the old channel's calls finish on the old connection.
+//!   [`RootStore::client_config`] (new connections use the current credentials), and to
+//!   retire the old one build a new `Channel` when [`IdentityStore::subscribe`] says the
+//!   identity changed; the old channel's calls finish on the old connection.
 //!
 //! # Session resumption
 //!
 //! A resumed TLS session skips both the client certificate and the server's verification:
 //! a session ticket from before a rotation would let the old identity, or roots no longer
-//! trusted, survive it. [`RootStore::client_config`] turns resumption off, so that every connection
-//! makes a full handshake with the credentials current at that moment; a `ClientConfig`
-//! of your own that uses the resolver or the verifier should do the same.
+//! trusted, survive it. [`RootStore::client_config`] turns resumption off, so that every
+//! connection makes a full handshake with the credentials current at that moment; a
+//! `ClientConfig` of your own that uses the resolver or the verifier should do the same.
 
 mod certificate;
 mod client;
