@@ -10,6 +10,26 @@ fn chunks(parts: &[&'static str]) -> impl Body<Data = Bytes, Error = std::io::Er
     StreamBody::new(futures_util::stream::iter(frames))
 }
 
+/// Reads `body` to its end, within 1 MiB: a body that repeats itself (a mutant whose
+/// position never moves on) fails the test instead of hanging it.
+fn bounded<B: Body<Data = Bytes>>(body: B) -> http_body_util::Limited<B>
+where
+    B::Error: Into<BoxError>,
+{
+    http_body_util::Limited::new(body, 1 << 20)
+}
+
+async fn bytes_of<B: Body<Data = Bytes>>(body: B) -> Bytes
+where
+    B::Error: Into<BoxError>,
+{
+    bounded(body)
+        .collect()
+        .await
+        .expect("the body ends")
+        .to_bytes()
+}
+
 fn is_incomplete(r: Option<Result<Frame<Bytes>, BoxError>>) -> bool {
     matches!(r, Some(Err(e)) if e.is::<Incomplete>())
 }
@@ -18,10 +38,10 @@ fn is_incomplete(r: Option<Result<Frame<Bytes>, BoxError>>) -> bool {
 async fn a_replay_yields_the_same_chunks() {
     let body = ReplayBody::new(chunks(&["ab", "cd", "ef"]));
     let replay = body.try_clone_body().unwrap();
-    assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(body).await, "abcdef");
     assert!(replay.start_replay());
     assert_eq!(replay.size_hint().exact(), Some(6));
-    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(replay).await, "abcdef");
 }
 
 #[tokio::test]
@@ -31,7 +51,7 @@ async fn a_replay_continues_a_partly_read_body_and_the_first_copy_ends_in_an_err
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, "ab");
     // The replay takes over: the first attempt's body does not end quietly short.
-    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(replay).await, "abcdef");
     assert!(is_incomplete(body.frame().await));
 }
 
@@ -47,14 +67,14 @@ async fn starting_a_replay_stops_the_first_attempt_at_once() {
     assert!(replay.start_replay());
     assert!(is_incomplete(body.frame().await));
     // The replay gets everything, past the limit too: it is the one reading now.
-    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(replay).await, "abcdef");
 }
 
 #[tokio::test]
 async fn over_the_limit_streams_on_but_cannot_replay() {
     let body = ReplayBody::with_limit(chunks(&["abcd", "efgh", "ij"]), 6);
     let mut replay = body.try_clone_body().unwrap();
-    assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdefghij");
+    assert_eq!(bytes_of(body).await, "abcdefghij");
     assert!(!replay.start_replay());
     // Sent anyway, the copy says it is incomplete instead of ending short.
     assert!(is_incomplete(replay.frame().await));
@@ -65,7 +85,7 @@ async fn a_body_announced_larger_than_the_limit_is_refused_up_front() {
     let big = || Full::new(Bytes::from(vec![b'x'; 100]));
     let body = ReplayBody::with_limit(big(), 99);
     assert!(body.try_clone_body().is_none(), "no copy is even offered");
-    assert_eq!(body.collect().await.unwrap().to_bytes().len(), 100);
+    assert_eq!(bytes_of(body).await.len(), 100);
     let handed_back = ReplayBody::try_with_limit(big(), 99).unwrap_err();
     assert_eq!(handed_back.size_hint().exact(), Some(100));
     let fits = ReplayBody::try_with_limit(big(), 100).unwrap();
@@ -82,9 +102,9 @@ async fn trailers_are_replayed() {
     ];
     let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
     let replay = body.try_clone_body().unwrap();
-    let first = body.collect().await.unwrap();
+    let first = bounded(body).collect().await.unwrap();
     assert_eq!(first.trailers(), Some(&trailers));
-    let second = replay.collect().await.unwrap();
+    let second = bounded(replay).collect().await.unwrap();
     assert_eq!(second.trailers(), Some(&trailers));
     assert_eq!(second.to_bytes(), "x");
 }
@@ -97,7 +117,7 @@ async fn a_failed_body_cannot_replay() {
     ];
     let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
     let replay = body.try_clone_body().unwrap();
-    let err = body.collect().await.unwrap_err();
+    let err = bounded(body).collect().await.unwrap_err();
     // The wrapped body's own error, as it was.
     assert_eq!(err.to_string(), "reset");
     assert!(err.downcast_ref::<std::io::Error>().is_some());
@@ -122,7 +142,7 @@ async fn a_second_replay_supersedes_the_first() {
     );
     assert!(second.start_replay());
     assert!(is_incomplete(first.frame().await));
-    assert_eq!(second.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(second).await, "abcdef");
 }
 
 #[test]
@@ -138,9 +158,9 @@ fn debug_shows_the_record_not_the_bytes() {
 async fn a_body_exactly_at_the_limit_replays() {
     let body = ReplayBody::with_limit(chunks(&["abcd", "ef"]), 6);
     let replay = body.try_clone_body().unwrap();
-    assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(body).await, "abcdef");
     assert!(replay.start_replay());
-    assert_eq!(replay.collect().await.unwrap().to_bytes(), "abcdef");
+    assert_eq!(bytes_of(replay).await, "abcdef");
 }
 
 /// Chunks that say exactly how many bytes remain, as a body of known length does.
@@ -188,7 +208,7 @@ async fn end_of_stream_waits_for_the_trailers() {
     ];
     let body = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)));
     let mut replay = body.try_clone_body().unwrap();
-    body.collect().await.unwrap();
+    bounded(body).collect().await.unwrap();
     assert!(replay.start_replay());
     assert!(!replay.is_end_stream(), "the data is still to come");
     assert!(replay.frame().await.unwrap().unwrap().is_data());
@@ -242,7 +262,7 @@ mod around_a_client_of_its_own_body_type {
             async move {
                 *requests.lock().unwrap() += 1;
                 let ok = req.headers()[AUTHORIZATION] == "Bearer new";
-                let body = req.into_body().collect().await?.to_bytes();
+                let body = super::bounded(req.into_body()).collect().await?.to_bytes();
                 let mut res = Response::new(Full::new(body));
                 if !ok {
                     *res.status_mut() = StatusCode::UNAUTHORIZED;
@@ -289,4 +309,24 @@ mod around_a_client_of_its_own_body_type {
         assert_eq!(status.retries, 0);
         crate::test_support::wait_for_token(&store, "new").await;
     }
+}
+
+#[tokio::test]
+async fn the_default_limit_is_64_kib() {
+    let exactly = ReplayBody::new(Full::new(Bytes::from(vec![b'x'; 64 * 1024])));
+    let replay = exactly.try_clone_body().expect("within the default limit");
+    assert_eq!(bytes_of(exactly).await.len(), 64 * 1024);
+    assert!(replay.start_replay());
+    assert_eq!(bytes_of(replay).await.len(), 64 * 1024);
+    let over = ReplayBody::new(Full::new(Bytes::from(vec![b'x'; 64 * 1024 + 1])));
+    assert!(over.try_clone_body().is_none());
+}
+
+#[cfg(feature = "kube")]
+#[tokio::test]
+async fn a_buffered_kube_body_is_copied() {
+    let body = kube::client::Body::from(b"{\"kind\":\"ConfigMap\"}".to_vec());
+    let copy = body.try_clone_body().expect("a buffered body is copied");
+    assert_eq!(bytes_of(copy).await, "{\"kind\":\"ConfigMap\"}");
+    assert_eq!(bytes_of(body).await, "{\"kind\":\"ConfigMap\"}");
 }

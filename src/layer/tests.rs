@@ -401,3 +401,27 @@ async fn a_response_future_shows_the_generation_it_sent_and_no_token() {
     let kept = svc.call(own);
     assert!(format!("{kept:?}").contains("sent: None"), "{kept:?}");
 }
+
+#[tokio::test]
+async fn a_service_shows_its_inner_service_store_and_retry_and_no_token() {
+    #[derive(Debug, Clone)]
+    struct Inner;
+    let (_source, store) = Source::store("secret-token-value").await;
+    let plain = BearerLayer::new(store.clone()).layer(Inner);
+    let shown = format!("{plain:?}");
+    for part in [
+        "BearerService",
+        "Inner",
+        "TokenStore",
+        "Http401",
+        "retry: false",
+    ] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
+    let retrying = BearerLayer::new(store).retry_unauthorized().layer(Inner);
+    assert!(
+        format!("{retrying:?}").contains("retry: true"),
+        "{retrying:?}"
+    );
+    assert!(!shown.contains("secret"), "{shown}");
+}
