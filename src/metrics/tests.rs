@@ -330,3 +330,16 @@ async fn a_rotator_that_stops_raises_the_stall_once_and_a_rotation_clears_it() {
     assert_eq!(stalled(), 0.0);
     assert!(store.status().stalled_since.is_none());
 }
+
+#[test]
+fn timestamps_are_seconds_since_the_epoch_negative_before_it() {
+    use std::time::UNIX_EPOCH;
+    assert_eq!(
+        super::timestamp(UNIX_EPOCH + Duration::from_millis(1500)),
+        1.5
+    );
+    assert_eq!(
+        super::timestamp(UNIX_EPOCH - Duration::from_millis(2500)),
+        -2.5
+    );
+}

@@ -32,7 +32,7 @@ pub(crate) struct Plan {
 pub(crate) fn refresher(store: WeakStore, plan: &Plan) -> impl Future<Output = ()> + Send + use<> {
     let timer = timer::run(store.clone(), plan.period, plan.clock);
     let watcher = (!plan.watch.is_empty()).then(|| watch::watch(store.clone(), &plan.watch));
-    let mut early = Early(Some(store.clone()));
+    let early = Early(store.clone());
     async move {
         let watcher = async move {
             match watcher {
@@ -44,7 +44,8 @@ pub(crate) fn refresher(store: WeakStore, plan: &Plan) -> impl Future<Output = (
             tokio::join!(timer, watcher);
         })
         .await;
-        early.disarm();
+        // Ended with its store: the store is gone, and `early` tells no one.
+        drop(early);
     }
 }
 
@@ -56,20 +57,13 @@ pub(crate) async fn until_closed(store: WeakStore, work: impl Future<Output = ()
     }
 }
 
-/// Tells the store when its refresher is dropped before the store is.
-struct Early(Option<WeakStore>);
-
-impl Early {
-    /// The refresher ended with its store: nothing to tell.
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
+/// Tells the store, if it still lives, that its refresher is gone: dropped before it ended
+/// (its runtime shut down). A refresher ends only once its store is gone, so at its end
+/// there is no one to tell.
+struct Early(WeakStore);
 
 impl Drop for Early {
     fn drop(&mut self) {
-        if let Some(store) = self.0.take() {
-            store.refresher_stopped();
-        }
+        self.0.refresher_stopped();
     }
 }
