@@ -116,11 +116,11 @@ impl<S> StoreBuilder<S> {
 
     /// How often the source is read again regardless of any event (default: the source's
     /// [`default_refresh_interval`], 60 s for a file or a closure, none for a source that
-    /// gives expiries); `None` turns the periodic reads off. Each wait is drawn a little
-    /// longer than the interval (by up to 5% of it, at least a second, at most a quarter),
-    /// so that stores loaded together do not read in step. The reads at the moments the
-    /// token's dates tell about (a JWT's rotation point and expiry, a source's expiry)
-    /// go on either way.
+    /// gives expiries); `None` turns the periodic reads off, and an interval under a second
+    /// is read as a second. Each wait is drawn a little longer than the interval (by up to
+    /// 5% of it, at least a second, at most a quarter), so that stores loaded together do
+    /// not read in step. The reads at the moments the token's dates tell about (a JWT's
+    /// rotation point and expiry, a source's expiry) go on either way.
     ///
     /// [`default_refresh_interval`]: TokenSource::default_refresh_interval
     pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {

@@ -51,6 +51,9 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between retries of a store without a period.
 const MAX_RETRY: Duration = Duration::from_secs(300);
 
+/// The shortest period: a shorter one (zero above all) would read the source in a loop.
+const MIN_PERIOD: Duration = Duration::from_secs(1);
+
 /// How far a periodic read is spread past the period: 5% of it, at least a second, at most
 /// a quarter of the period.
 pub(crate) fn spread(period: Duration) -> Duration {
@@ -60,6 +63,7 @@ pub(crate) fn spread(period: Duration) -> Duration {
 /// Re-reads the store's source every `period` (if any), and at the moments the current
 /// token tells about (see the module docs), until the store is dropped.
 pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock) {
+    let period = period.map(|p| p.max(MIN_PERIOD));
     let Some((mut rotations, key)) = store.upgrade().map(|s| (s.subscribe(), s.jitter_key()))
     else {
         return;

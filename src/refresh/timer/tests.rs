@@ -153,6 +153,17 @@ const EXPIRED: &str = "has expired";
 const OVERDUE: &str = "overdue for rotation";
 
 #[tokio::test(start_paused = true)]
+async fn a_period_under_a_second_reads_once_a_second_not_in_a_loop() {
+    let file = File::new("opaque-token".to_owned());
+    let store = file.store(Some(Duration::ZERO)).await;
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    drop(store);
+    let reads = file.reads();
+    let rel: Vec<f64> = reads.iter().map(|r| r - reads[0]).collect();
+    assert_periodic(&rel, 1.0, 10.5);
+}
+
+#[tokio::test(start_paused = true)]
 async fn rereads_after_the_kubelet_rotates_and_recomputes_after_each_rotation() {
     let (warnings, _guard) = Warnings::capture();
     let file = File::new(projected(0, TTL, None));
