@@ -20,6 +20,7 @@ async fn two_loads_of_one_file_are_two_stores() {
     assert_eq!((a.status().reads, b.status().reads), (1, 1));
     // A clone is the way to share one.
     let c = a.clone();
+    assert!(c.ptr_eq(&a));
     std::fs::write(&path, "two").unwrap();
     c.reload().await.unwrap();
     assert_eq!(a.current().header_value(), "Bearer two");

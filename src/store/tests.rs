@@ -410,6 +410,22 @@ async fn status_and_debug_never_show_the_token() {
     assert!(out.contains(&store.current().fingerprint().to_string()));
 }
 
+#[tokio::test]
+async fn a_failed_reload_is_logged_with_the_token_kept_by_its_fingerprint() {
+    let src = Scripted::new("very-secret-token");
+    let store = src.loader().load().await.unwrap();
+    let (logs, _guard) = crate::test_support::capture_logs();
+    src.set(Ok(""));
+    assert!(store.reload().await.is_err());
+    let text = logs.text();
+    let kept = format!("token={}", store.current().fingerprint());
+    assert!(
+        text.contains("keeping the last good token") && text.contains(&kept),
+        "{text}"
+    );
+    assert!(!text.contains("very-secret"), "{text}");
+}
+
 #[test]
 fn a_store_outlives_the_runtime_it_was_built_in() {
     // Built in a runtime that is then dropped (a `block_on` at start-up, a test's own

@@ -651,13 +651,18 @@ async fn a_refresh_moment_without_an_expiry_is_kept() {
 #[test]
 fn tokens_of_one_lifetime_draw_their_own_jitter() {
     // A fleet's tokens issued together must not all be refreshed at one moment.
-    let exp = SystemTime::now() + Duration::from_secs(3600);
-    let moments: Vec<SystemTime> = (0..5)
-        .map(|i| {
-            let token = crate::token::Token::parse_capped(format!("token-{i}").as_bytes(), 1 << 16);
-            super::before_expiry(&token.unwrap(), exp).unwrap()
-        })
-        .collect();
+    // Read at the same moment, with the same expiry: only the token tells them apart.
+    let loaded = SystemTime::now();
+    let exp = loaded + Duration::from_secs(3600);
+    let moment = |i: usize| {
+        let token = crate::token::Token::parse_capped(format!("token-{i}").as_bytes(), 1 << 16)
+            .unwrap()
+            .with_source_dates(loaded, None, None);
+        super::before_expiry(&token, exp).unwrap()
+    };
+    let moments: Vec<SystemTime> = (0..5).map(moment).collect();
+    // Each token's own, every time.
+    assert_eq!(moment(3), moments[3]);
     let first = moments.iter().min().unwrap();
     let last = moments.iter().max().unwrap();
     // Each is drawn over 90 s (a quarter of the 360 s margin).
