@@ -336,3 +336,24 @@ mod kinds {
         );
     }
 }
+
+#[test]
+fn a_sources_expiry_and_the_claims_say_how_a_token_stands_together() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
+    // {"alg":"none"} . {"iat":1000,"exp":4600} .
+    let jwt = Token::parse(b"eyJhbGciOiJub25lIn0.eyJpYXQiOjEwMDAsImV4cCI6NDYwMH0.").unwrap();
+    // A source's later expiry leaves the claims' word on an overdue token.
+    let dated = jwt
+        .clone()
+        .with_source_dates(at(1000), Some(at(5000)), None);
+    assert_eq!(dated.freshness_at(at(3950)), Freshness::Overdue);
+    assert_eq!(dated.freshness_at(at(2000)), Freshness::Fresh);
+    // An opaque token is fresh until its source's expiry, then expired.
+    let opaque = Token::parse(b"opaque").unwrap();
+    assert_eq!(opaque.freshness_at(at(10)), Freshness::Unknown);
+    let dated = opaque.with_source_dates(at(0), Some(at(100)), None);
+    assert_eq!(dated.freshness_at(at(10)), Freshness::Fresh);
+    assert_eq!(dated.freshness_at(at(100)), Freshness::Expired);
+    assert!(dated.is_expired_at(at(100)) && !dated.is_expired_at(at(99)));
+}

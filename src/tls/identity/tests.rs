@@ -133,7 +133,9 @@ async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_p
     assert_eq!(store.generation(), 2);
 
     // A half-written file, a mismatched pair, a directory in its place: refused, the last
-    // good identity stays, and the error names the path and the problem.
+    // good identity stays, and the error names the path and the problem; the log names the
+    // certificate kept, not its placeholder token.
+    let (logs, _guard) = crate::test_support::capture_logs();
     let mismatched = format!("{}{}", ca.client("n1", HOUR).cert_pem, second.key_pem);
     for (bytes, problem) in [
         (second.combined()[..100].to_owned(), "the PEM is malformed"),
@@ -150,6 +152,8 @@ async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_p
         assert!(status.last_error.is_some());
         assert!(!status.expired);
     }
+    let kept = format!("client certificate {}", store.certificate());
+    assert!(logs.text().contains(&kept), "{}", logs.text());
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
     let err = store.reload().await.unwrap_err();
