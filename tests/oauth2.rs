@@ -387,7 +387,12 @@ async fn token_exchange_of_the_token_another_store_keeps() {
     assert_eq!(introspection["sub"], SA);
     assert_eq!(introspection["client_id"], BASIC_CLIENT.0);
     assert_eq!(introspection["scope"], "read");
-    assert!(store.status().expires_at.is_some());
+    assert!(
+        store
+            .status()
+            .expires_at
+            .is_some_and(|at| at > SystemTime::now())
+    );
 
     // A subject token that is not one: the server's words, never the token.
     std::fs::write(&path, "not-a-jwt\n").unwrap();

@@ -400,6 +400,19 @@ async fn a_response_future_shows_the_generation_it_sent_and_no_token() {
         .unwrap();
     let kept = svc.call(own);
     assert!(format!("{kept:?}").contains("sent: None"), "{kept:?}");
+
+    let (_source, store) = Source::store("secret-token-value").await;
+    let mut svc = BearerLayer::new(store)
+        .retry_unauthorized()
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let ours = svc.call(Request::new(String::new()));
+    let shown = format!("{ours:?}");
+    for part in ["RetryFuture", "sent: Some(1)", "replayable: true"] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
+    assert!(!shown.contains("secret"), "{shown}");
 }
 
 #[tokio::test]

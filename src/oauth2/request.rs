@@ -192,11 +192,7 @@ impl Endpoint {
             .map_err(|e| transport(e.into()))?;
         let response = https.call(request).await.map_err(|e| transport(e.into()))?;
         let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_RESPONSE)
-            .collect()
-            .await
-            .map_err(transport)?
-            .to_bytes();
+        let body = read_answer(response.into_body()).await?;
         let issued = parse(status, &body)?;
         drop(body);
         let fetched = Fetched::new(issued.access_token);
@@ -205,6 +201,19 @@ impl Endpoint {
             None => fetched,
         })
     }
+}
+
+/// The token endpoint's answer, whole, up to [`MAX_RESPONSE`].
+pub(super) async fn read_answer<B>(body: B) -> Result<Bytes, Error>
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    Limited::new(body, MAX_RESPONSE)
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|source| Error::Transport { source })
 }
 
 /// A token response's useful part.

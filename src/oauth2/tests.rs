@@ -4,7 +4,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::auth::{JWT_BEARER, basic};
-use super::request::{Form, parse, read_token_file};
+use super::request::{Form, parse, read_answer, read_token_file};
 use super::*;
 use crate::source::{FetchContext, TokenSource};
 
@@ -65,6 +65,22 @@ fn a_token_response_gives_the_token_and_its_lifetime() {
         parse(StatusCode::OK, body).unwrap().expires_in,
         Some(Duration::from_secs(60))
     );
+    // A fraction of a second is dropped; a negative lifetime is no lifetime.
+    let body = br#"{"access_token":"tok","token_type":"Bearer","expires_in":3600.5}"#;
+    assert_eq!(
+        parse(StatusCode::OK, body).unwrap().expires_in,
+        Some(Duration::from_secs(3600))
+    );
+    let body = br#"{"access_token":"tok","token_type":"Bearer","expires_in":-1.5}"#;
+    assert!(parse(StatusCode::OK, body).is_err());
+}
+
+#[tokio::test]
+async fn an_answer_is_read_whole_up_to_a_mebibyte() {
+    let body = |len: usize| http_body_util::Full::new(bytes::Bytes::from(vec![b' '; len]));
+    assert_eq!(read_answer(body(1 << 20)).await.unwrap().len(), 1 << 20);
+    let err = read_answer(body((1 << 20) + 1)).await.unwrap_err();
+    assert!(matches!(err, super::Error::Transport { .. }), "{err:?}");
 }
 
 #[test]
@@ -258,6 +274,18 @@ async fn token_files_are_read_whole_trimmed_and_checked() {
         read_token_file("client assertion", &path).await.unwrap(),
         "aaa.bbb.ccc"
     );
+    // Up to 64 KiB, as a projected token file may be; a byte more is refused.
+    let long = "a".repeat(64 * 1024);
+    std::fs::write(&path, &long).unwrap();
+    assert_eq!(
+        read_token_file("client assertion", &path).await.unwrap(),
+        long
+    );
+    std::fs::write(&path, format!("{long}a")).unwrap();
+    let err = read_token_file("client assertion", &path)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("larger than 64 KiB"), "{err}");
     assert_eq!(
         JWT_BEARER,
         "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
