@@ -146,6 +146,19 @@ async fn run() {
         support::eventually("the round's watches removed", || inotify_watches() == 0).await;
     }
     let after = settle(before).await;
+
+    // A directory's watch goes with its last store even while another directory keeps the
+    // watcher alive (only dropping the watcher removed them above).
+    let anchor = support::file(&paths[0]).load().await.unwrap();
+    let other = support::file(&paths[2]).load().await.unwrap();
+    assert_eq!(inotify_watches(), 2);
+    drop(other);
+    support::eventually("the dropped store's watch removed", || {
+        inotify_watches() == 1
+    })
+    .await;
+    drop(anchor);
+    settle(before).await;
     println!(
         "leak: 1000 stores in {:.1} s; peak fds {}, threads {}; after {after:?}",
         start.elapsed().as_secs_f64(),
