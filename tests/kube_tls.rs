@@ -28,13 +28,20 @@ fn kubeconfig(
 ) -> std::path::PathBuf {
     let ca_path = dir.join("ca.crt");
     std::fs::write(&ca_path, ca.pem()).unwrap();
+    let cluster = json!({"server": server.url(""), "certificate-authority": ca_path});
+    kubeconfig_with(dir, cluster, user)
+}
+
+/// A kubeconfig in `dir` whose only context is `cluster` and `user`.
+fn kubeconfig_with(
+    dir: &Path,
+    cluster: serde_json::Value,
+    user: serde_json::Value,
+) -> std::path::PathBuf {
     let doc = json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {
-            "server": server.url(""),
-            "certificate-authority": ca_path,
-        }}],
+        "clusters": [{"name": "c", "cluster": cluster}],
         "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "x",
@@ -42,6 +49,25 @@ fn kubeconfig(
     let path = dir.join("kubeconfig");
     std::fs::write(&path, doc.to_string()).unwrap();
     path
+}
+
+/// Writes `issued` as `tls.crt` and `tls.key` in `volume`, as the kubelet rotates a
+/// projected certificate.
+fn rotate_identity(volume: &ProjectedTokenDir, issued: &Issued) {
+    volume
+        .rotate_files(&[
+            ("tls.crt", issued.cert_pem.as_bytes()),
+            ("tls.key", issued.key_pem.as_bytes()),
+        ])
+        .unwrap();
+}
+
+/// A user whose certificate and key are the files of `volume`.
+fn identity_files(volume: &ProjectedTokenDir) -> serde_json::Value {
+    json!({
+        "client-certificate": volume.dir().join("tls.crt"),
+        "client-key": volume.dir().join("tls.key"),
+    })
 }
 
 /// What [`bearer_reload::kube::infer`] makes of the kubeconfig: kube's config and its CA
@@ -68,24 +94,8 @@ async fn a_kubeconfig_users_certificate_files_rotate_under_the_same_client() {
     let server = MtlsServer::start(&ca, &ca.server()).await;
     let first = ca.client("jane", HOUR);
     let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
-    let write = |issued: &Issued| {
-        volume
-            .rotate_files(&[
-                ("tls.crt", issued.cert_pem.as_bytes()),
-                ("tls.key", issued.key_pem.as_bytes()),
-            ])
-            .unwrap()
-    };
-    write(&first);
-    let path = kubeconfig(
-        tmp.path(),
-        &ca,
-        &server,
-        json!({
-            "client-certificate": volume.dir().join("tls.crt"),
-            "client-key": volume.dir().join("tls.key"),
-        }),
-    );
+    rotate_identity(&volume, &first);
+    let path = kubeconfig(tmp.path(), &ca, &server, identity_files(&volume));
     let client = client(config(&path, tmp.path()).await).await.unwrap();
     assert_eq!(get(&client).await, (StatusCode::OK, first.fingerprint()));
 
@@ -93,7 +103,7 @@ async fn a_kubeconfig_users_certificate_files_rotate_under_the_same_client() {
     // request on the client already built arrives with the new one.
     for _ in 0..3 {
         let next = ca.client("jane", HOUR);
-        write(&next);
+        rotate_identity(&volume, &next);
         server.refuse(&server.arrivals().last().unwrap().fingerprint);
         assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
     }
@@ -176,4 +186,85 @@ async fn a_kubeconfig_users_certificate_data_is_presented() {
     );
     let client = client(config(&path, tmp.path()).await).await.unwrap();
     assert_eq!(get(&client).await, (StatusCode::OK, issued.fingerprint()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_files_rotate_when_the_ca_is_inline() {
+    use base64::Engine as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let first = ca.client("jane", HOUR);
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &first);
+    // No CA file to watch, no token: the certificate files alone make the stores.
+    let cluster = json!({
+        "server": server.url(""),
+        "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca.pem()),
+    });
+    let path = kubeconfig_with(tmp.path(), cluster, identity_files(&volume));
+    let config = support::kube_config(&path).await;
+    assert!(config.root_cert_file.is_none());
+    let client = client(config).await.unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, first.fingerprint()));
+
+    let next = ca.client("jane", HOUR);
+    rotate_identity(&volume, &next);
+    server.refuse(&first.fingerprint());
+    assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_that_skips_server_verification_keeps_it_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    // A server certificate no CA of the kubeconfig signed.
+    let server = MtlsServer::start(&ca, &Ca::new("elsewhere").server()).await;
+    let issued = ca.client("jane", HOUR);
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &issued);
+    let cluster = json!({"server": server.url(""), "insecure-skip-tls-verify": true});
+    let path = kubeconfig_with(tmp.path(), cluster, identity_files(&volume));
+    let config = support::kube_config(&path).await;
+    assert!(config.accept_invalid_certs);
+    // kube's own TLS, as the kubeconfig asks: no verification of the server.
+    let client = client(config).await.unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, issued.fingerprint()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_built_identity_and_bundle_stores_are_the_clients_tls() {
+    use bearer_reload::source::FileSource;
+    use bearer_reload::tls::{IdentityStore, RootStore};
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let issued = ca.client("jane", HOUR);
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &issued);
+    let bundle = tmp.path().join("ca.crt");
+    std::fs::write(&bundle, ca.pem()).unwrap();
+    let identity = IdentityStore::files(volume.dir().join("tls.crt"), volume.dir().join("tls.key"))
+        .load()
+        .await
+        .unwrap();
+    let roots = RootStore::builder(FileSource::new(&bundle))
+        .load()
+        .await
+        .unwrap();
+    // The config names no certificate at all: the stores are the only ones.
+    let config = kube::Config::new(server.url("").parse().unwrap());
+    let client = Credentials::default()
+        .identity(identity)
+        .roots(roots)
+        .client(config)
+        .unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, issued.fingerprint()));
+
+    // The certificate rotates and the server refuses the old one: the same client
+    // presents the new one.
+    let next = ca.client("jane", HOUR);
+    rotate_identity(&volume, &next);
+    server.refuse(&issued.fingerprint());
+    assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
 }
