@@ -609,3 +609,42 @@ async fn a_connection_cut_after_it_answered_is_not_a_refusal_and_reloads_nothing
     assert_eq!(after.unauthorized_reloads, before.unauthorized_reloads);
     assert_eq!(after.retries, before.retries);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_rotation_moves_every_clone_to_one_new_connection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (identity_path, bundle) = (tmp.path().join("client.pem"), tmp.path().join("ca.crt"));
+    let ca = Ca::new("kubernetes");
+    std::fs::write(&identity_path, ca.client("n1", HOUR).combined()).unwrap();
+    std::fs::write(&bundle, ca.pem()).unwrap();
+    let identity = IdentityStore::builder(FileSource::new(&identity_path))
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let roots = RootStore::builder(FileSource::new(&bundle))
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let url = server.url("/");
+    // Two handles, each with the pool it last used (`get` sends on a clone of each).
+    let first = Client::new(roots.clone()).identity(identity);
+    let second = first.clone();
+    get(&first, &url).await.unwrap();
+    get(&second, &url).await.unwrap();
+
+    // The bundle gains an authority: a new generation, the same server still trusted.
+    std::fs::write(&bundle, format!("{}{}", ca.pem(), Ca::new("next").pem())).unwrap();
+    roots.reload().await.unwrap();
+    assert_eq!(roots.generation(), 2);
+    // Each handle leaves the old connection, and both share the one new pool.
+    get(&first, &url).await.unwrap();
+    get(&second, &url).await.unwrap();
+    get(&first, &url).await.unwrap();
+    let connections: Vec<_> = server.arrivals().iter().map(|a| a.connection).collect();
+    assert_eq!(connections, [1, 1, 2, 2, 2]);
+}

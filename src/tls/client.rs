@@ -115,8 +115,8 @@ pub(crate) struct Generations {
 /// The credentials a client's connections are made with.
 #[derive(Debug, Clone)]
 pub(crate) struct Stores {
-    identity: Option<IdentityStore>,
-    roots: RootStore,
+    pub(super) identity: Option<IdentityStore>,
+    pub(super) roots: RootStore,
 }
 
 impl Stores {
@@ -463,5 +463,35 @@ where
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+    use crate::source::FnSource;
+    use crate::test_support::pki::Ca;
+
+    #[tokio::test]
+    async fn debug_shows_the_credentials_and_the_generations_of_the_pool_in_use() {
+        let pem = Ca::new("kubernetes").pem();
+        let source = FnSource::new("ca", move || {
+            let pem = pem.clone();
+            async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+        });
+        let roots = RootStore::builder(source).load().await.unwrap();
+        let client = HttpsClient::<Empty<Bytes>>::new(roots);
+        let shown = format!("{client:?}");
+        assert!(
+            shown.starts_with(
+                "HttpsClient { identity: None, roots: RootStore { source: \"loader ca\""
+            ),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("generations: Generations { identity: 0, roots: 1 }, .. }"),
+            "{shown}"
+        );
     }
 }

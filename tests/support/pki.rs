@@ -58,6 +58,13 @@ fn time(at: SystemTime) -> time::OffsetDateTime {
 impl Ca {
     /// A self-signed CA named `name`, valid from an hour ago for ten years.
     pub fn new(name: &str) -> Self {
+        let now = SystemTime::now();
+        let ten_years = Duration::from_secs(10 * 365 * 86_400);
+        Self::valid(name, now - Duration::from_secs(3600), now + ten_years)
+    }
+
+    /// A self-signed CA named `name`, valid from `not_before` to `not_after`.
+    pub fn valid(name: &str, not_before: SystemTime, not_after: SystemTime) -> Self {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -67,9 +74,8 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        let now = SystemTime::now();
-        params.not_before = time(now - Duration::from_secs(3600));
-        params.not_after = time(now + Duration::from_secs(10 * 365 * 86_400));
+        params.not_before = time(not_before);
+        params.not_after = time(not_after);
         let cert = params.self_signed(&key).unwrap();
         Self { key, cert }
     }

@@ -178,6 +178,11 @@ async fn the_debug_and_the_status_hold_no_key() {
         store.token_store().current()
     );
     assert!(shown.contains("CN=n1"), "{shown}");
+    let debug = format!("{store:?}");
+    assert!(
+        debug.starts_with("IdentityStore { source: \"loader pem\", certificate: Certificate { subject: \"CN=n1, O=system:nodes\""),
+        "{debug}"
+    );
     for line in node.key_pem.lines().filter(|l| !l.starts_with("-----")) {
         assert!(!shown.contains(line), "{shown}");
     }
@@ -212,4 +217,28 @@ async fn the_resolver_answers_with_the_current_identity() {
     store.reload().await.unwrap();
     assert_eq!(presented(&resolver), next.fingerprint());
     assert!(resolver.has_certs());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_status_says_expired_once_the_certificate_in_use_is() {
+    let ca = Ca::new("kubernetes");
+    let now = SystemTime::now();
+    let pem = ca.client_valid("n1", now - HOUR, now + HOUR).combined();
+    let source = FnSource::new("pem", move || {
+        let pem = pem.clone();
+        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+    });
+    let store = IdentityStore::builder(source)
+        .no_watch()
+        .refresh_interval(None)
+        .clock(crate::clock::Clock::tokio_from(now))
+        .load()
+        .await
+        .unwrap();
+    assert!(!store.status().expired);
+    tokio::time::advance(2 * HOUR).await;
+    // The source still has nothing newer: the expired certificate stays in use, and says so.
+    let status = store.status();
+    assert!(status.expired, "{status:?}");
+    assert_eq!(status.fingerprint, store.certificate().fingerprint);
 }
