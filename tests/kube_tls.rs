@@ -150,6 +150,53 @@ async fn an_exec_plugins_certificate_is_presented_and_reloaded_on_a_refusal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_plugins_token_and_certificate_come_from_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let plugin = Plugin::new();
+    let issue = |token: &str, issued: &Issued| {
+        let status = json!({
+            "token": token,
+            "clientCertificateData": issued.cert_pem,
+            "clientKeyData": issued.key_pem,
+        });
+        let doc = json!({"kind": "ExecCredential", "apiVersion": API_VERSION, "status": status});
+        plugin.print(&doc.to_string());
+    };
+    let first = ca.client("jane", HOUR);
+    issue("token-1", &first);
+    let path = kubeconfig(
+        tmp.path(),
+        &ca,
+        &server,
+        json!({"exec": {
+            "apiVersion": API_VERSION,
+            "command": plugin.command(),
+            "interactiveMode": "Never",
+        }}),
+    );
+    let config = config(&path, tmp.path()).await;
+    let credentials = Credentials::load(&config).await.unwrap();
+    // Both stores loaded from the one run, as kube uses both.
+    assert_eq!(plugin.runs(), 1);
+    let client = credentials.client(config).unwrap();
+    assert_eq!(get(&client).await, (StatusCode::OK, first.fingerprint()));
+    let arrival = server.arrivals().pop().unwrap();
+    assert_eq!(arrival.authorization.as_deref(), Some("Bearer token-1"));
+
+    // A refused certificate runs the plugin again, for the identity alone: the token store
+    // keeps its token, and no run hands the token store a certificate.
+    let next = ca.client("jane", HOUR);
+    issue("token-2", &next);
+    server.refuse(&first.fingerprint());
+    assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
+    assert_eq!(plugin.runs(), 2, "one run for the refusal");
+    let arrival = server.arrivals().pop().unwrap();
+    assert_eq!(arrival.authorization.as_deref(), Some("Bearer token-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_identity_without_a_bundle_is_an_error_that_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let ca = Ca::new("kubernetes");

@@ -44,6 +44,8 @@ pub struct Arrival {
     pub refused: bool,
     /// The request's `x-client` header: which of several clients sent it.
     pub client: Option<String>,
+    /// The request's `Authorization` header (test tokens only).
+    pub authorization: Option<String>,
 }
 
 pub struct MtlsServer {
@@ -229,6 +231,11 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                     .get("x-client")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
+                let authorization = req
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
                 async move {
                     let refused = shared.is_refused(&presented);
                     shared.arrivals.lock().unwrap().push(Arrival {
@@ -237,6 +244,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                         connection,
                         refused,
                         client,
+                        authorization,
                     });
                     shared.requests.send_modify(|n| *n += 1);
                     if hang {
