@@ -46,3 +46,27 @@ impl StoreId {
         Some(TokenStore { shared })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_store_leaves_the_table_when_its_last_handle_goes() {
+        let store = crate::test_support::loader("live", || async {
+            Ok::<_, std::io::Error>(b"t".to_vec())
+        })
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+        let id = store.shared.id;
+        let clone = id.store().expect("found while alive");
+        assert!(Arc::ptr_eq(&clone.shared, &store.shared));
+        drop((store, clone));
+        assert!(id.store().is_none());
+        // Not a dead entry kept for the life of the process: the table holds live stores.
+        assert!(!lock(&LIVE).contains_key(&id));
+    }
+}

@@ -154,6 +154,8 @@ async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_p
     }
     let kept = format!("client certificate {}", store.certificate());
     assert!(logs.text().contains(&kept), "{}", logs.text());
+    let warning = "reload failed; keeping the last good one credential=a client certificate";
+    assert!(logs.text().contains(warning), "{}", logs.text());
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
     let err = store.reload().await.unwrap_err();

@@ -67,6 +67,8 @@ async fn the_verifier_trusts_the_current_bundle_and_a_bad_read_keeps_the_last_go
     }
     let kept = format!("CA bundle of 1 certificate: {}", roots.certificates()[0]);
     assert!(logs.text().contains(&kept), "{}", logs.text());
+    let warning = "reload failed; keeping the last good one credential=a CA bundle";
+    assert!(logs.text().contains(warning), "{}", logs.text());
     let status = roots.status();
     assert_eq!(roots.certificates().len(), 1);
     assert_eq!((status.subject, status.expires_at), (None, None));
