@@ -99,6 +99,23 @@ async fn the_plugin_runs_before_the_token_expires_without_a_single_401() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_answers_with_a_token_alone_gives_the_client_no_certificate() {
+    let server = KubeApi::start().await;
+    let plugin = Plugin::new();
+    plugin.issue("one", None);
+    server.accept_only("one");
+    let config = config_for(&plugin, &server).await;
+    // Built as most users build it: the plugin runs once, for the token; no identity store
+    // asks it for a certificate it never gave.
+    let client = support::kube_client(config).await.unwrap();
+    assert_eq!(plugin.runs(), 1);
+    list(&Api::<ConfigMap>::default_namespaced(client))
+        .await
+        .unwrap();
+    assert_eq!(plugin.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_without_expiry_is_refreshed_on_a_401_where_kubes_own_client_never_recovers() {
     let server = KubeApi::start().await;
     let (ours, theirs) = (Plugin::new(), Plugin::new());
