@@ -97,6 +97,12 @@ fn a_store_whose_runtime_ended_says_so_and_its_next_use_starts_it_again() {
         support::wait_for_token(&early, "two").await;
         let took = rotate_and_wait(&volume, &early, "three").await;
         assert!(took < Duration::from_secs(1), "{took:?}");
+        // Started once: later requests find it running, and start nothing more.
+        for _ in 0..3 {
+            assert_eq!(request(&early).await, "Bearer three");
+        }
+        assert_eq!(early.status().watch, WatchState::Active);
+        assert_eq!(warnings(&logs, "the store's refresher started again"), 1);
 
         // A reload starts it again too.
         assert!(stopped(&by_reload));
