@@ -136,4 +136,18 @@ mod tests {
         signal.settle(seen);
         assert!(!pending(&signal));
     }
+
+    #[test]
+    fn debug_shows_the_counts_and_whether_it_reads_on_the_spot() {
+        let signal = Signal::reading(Box::new(|| true));
+        signal.wake();
+        assert_eq!(
+            format!("{signal:?}"),
+            "Signal { events: 1, answered: 0, read_now: true, .. }"
+        );
+        assert_eq!(
+            format!("{:?}", Signal::default()),
+            "Signal { events: 0, answered: 0, read_now: false, .. }"
+        );
+    }
 }
