@@ -528,30 +528,35 @@ mod from_kube {
         let cases = [
             (
                 json!({"apiVersion": V1}),
-                "exec plugin (no command): the exec section has no command",
+                "exec plugin (no command): the exec section has no command".to_owned(),
             ),
             (
                 json!({"command": "aws"}),
-                "exec plugin aws: the exec section has no apiVersion",
+                format!(
+                    "exec plugin aws: the exec section has no apiVersion (use {V1} or {V1BETA1})"
+                ),
             ),
             (
                 json!({"command": "aws", "apiVersion": "client.authentication.k8s.io/v1alpha1"}),
-                "apiVersion \"client.authentication.k8s.io/v1alpha1\" is not supported",
+                format!(
+                    "apiVersion \"client.authentication.k8s.io/v1alpha1\" is not supported \
+                     (use {V1} or {V1BETA1})"
+                ),
             ),
             (
                 json!({"command": "aws", "apiVersion": V1, "env": [{"value": "x"}]}),
-                "exec plugin aws: an env entry has no name",
+                "exec plugin aws: an env entry has no name".to_owned(),
             ),
             (
                 json!({"command": "aws", "apiVersion": V1, "provideClusterInfo": true}),
-                "provideClusterInfo is set but the config holds no cluster info",
+                "provideClusterInfo is set but the config holds no cluster info".to_owned(),
             ),
         ];
         for (config, want) in cases {
             let msg = ExecSource::try_from(&exec(config.clone()))
                 .unwrap_err()
                 .to_string();
-            assert!(msg.contains(want), "{config}: {msg}");
+            assert!(msg.contains(&want), "{config}: {msg}");
         }
     }
 }
