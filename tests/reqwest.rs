@@ -177,3 +177,42 @@ async fn a_retry_goes_out_on_the_connection_of_the_401() {
         "{connections} connections for {ROTATIONS} revoking rotations"
     );
 }
+
+/// A store loaded on a runtime that ended (a start-up step's) is followed again from the
+/// middleware's next request on a live runtime.
+#[test]
+fn a_store_whose_runtime_ended_is_followed_again_from_its_next_request() {
+    use bearer_reload::WatchState;
+    use bearer_reload::testing::ProjectedTokenDir;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = ProjectedTokenDir::create(tmp.path().join("sa"), "one").unwrap();
+    let start_up = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = start_up
+        .block_on(support::file(volume.token_path()).load())
+        .unwrap();
+    drop(start_up);
+    assert!(matches!(store.status().watch, WatchState::Stopped { .. }));
+
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    main.block_on(async {
+        let server = AuthServer::start("one").await;
+        let inspect = Inspect::default();
+        let client = client(BearerMiddleware::new(store.clone()), &inspect);
+        let res = client.get(server.url("/")).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        support::eventually("the store watches again", || {
+            store.status().watch == WatchState::Active
+        })
+        .await;
+        volume.rotate("two").unwrap();
+        support::wait_for_token(&store, "two").await;
+    });
+}
