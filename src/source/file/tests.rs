@@ -223,6 +223,30 @@ async fn what_could_block_or_is_no_plain_local_file_is_left_to_the_blocking_read
     std::os::unix::fs::symlink("/proc/version", &path).unwrap();
     assert_eq!(read_now(&source), None);
     assert!(!source.fetch(cx()).await.unwrap().bytes().is_empty());
+    // From a directory in memory (read with a plain `pread`, which procfs or a network
+    // mount would answer too) to a plain file on another mount: the kernel refuses to
+    // cross, whatever the file is.
+    for local in local_dirs()
+        .iter()
+        .filter(|d| d.path().starts_with("/dev/shm"))
+    {
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "on another mount").unwrap();
+        let link = local.path().join("token");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let linked = FileSource::new(&link);
+        assert_eq!(
+            linked.fetch(cx()).await.unwrap().bytes(),
+            b"on another mount"
+        );
+        assert_eq!(read_now(&linked), None);
+        // The same file, linked from its own directory, is read on the spot.
+        let beside = dir.path().join("beside");
+        std::os::unix::fs::symlink("elsewhere", &beside).unwrap();
+        let near = FileSource::new(&beside);
+        near.fetch(cx()).await.unwrap();
+        assert_eq!(read_now(&near).as_deref(), Some(&b"on another mount"[..]));
+    }
 
     // A blocking read still running (stuck on a dead mount, say): none on the spot either.
     std::fs::remove_file(&path).unwrap();
