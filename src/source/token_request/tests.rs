@@ -287,8 +287,10 @@ fn api_statuses_are_sorted_by_what_they_mean() {
         forbidden.to_string(),
         "forbidden to create tokens (403): serviceaccounts \"b\" is forbidden"
     );
+    assert_eq!(forbidden.code(), Some(403));
     let missing = TokenRequestError::from_kube(status(404, "NotFound", "gone"));
     assert!(matches!(missing, TokenRequestError::NotFound { .. }));
+    assert_eq!(missing.code(), Some(404));
     let unavailable = TokenRequestError::from_kube(status(503, "ServiceUnavailable", "down"));
     assert_eq!(
         unavailable.to_string(),
@@ -297,6 +299,7 @@ fn api_statuses_are_sorted_by_what_they_mean() {
     assert_eq!(unavailable.code(), Some(503));
     let refused = TokenRequestError::from_kube(status(401, "Unauthorized", "Unauthorized"));
     assert!(matches!(refused, TokenRequestError::Unauthorized { .. }));
+    assert_eq!(refused.code(), Some(401));
 }
 
 #[test]
