@@ -425,6 +425,13 @@ fn redaction_takes_out_what_looks_like_a_token_and_keeps_words() {
         "apiVersion client.authentication.k8s.io/v1alpha1 is not supported"
     );
     assert_eq!(r("abc.io/v1beta1x0123456789"), "[redacted]");
+    // A group with a hyphen is still an API version; one with capitals is no API group,
+    // and with a digit it looks like a token.
+    assert_eq!(
+        r("apiVersion pinniped-login.concierge.io/v1 is not supported"),
+        "apiVersion pinniped-login.concierge.io/v1 is not supported"
+    );
+    assert_eq!(r("K8sAwsToken.Example/v1"), "[redacted]");
     // Sixteen characters is the shortest that can be a token; fifteen is left.
     assert_eq!(r("abcdefghijklmn12"), "[redacted]");
     assert_eq!(r("abcdefghijklm12"), "abcdefghijklm12");
