@@ -109,6 +109,16 @@ pub(crate) fn file(path: impl Into<std::path::PathBuf>) -> crate::StoreBuilder {
     crate::TokenStore::builder(crate::source::FileSource::new(path))
 }
 
+/// A source named `name` that answers every fetch with `pem` (a certificate and its key,
+/// a CA bundle).
+#[cfg(feature = "tls")]
+pub(crate) fn pem(name: &str, pem: String) -> crate::source::FnSource {
+    crate::source::FnSource::new(name, move || {
+        let pem = pem.clone();
+        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+    })
+}
+
 /// A builder of a store on a closure named `name`.
 pub(crate) fn loader<F, Fut, E>(name: impl Into<String>, load: F) -> crate::StoreBuilder
 where

@@ -70,6 +70,15 @@ fn identity_files(volume: &ProjectedTokenDir) -> serde_json::Value {
     })
 }
 
+/// A user whose credential `plugin` prints.
+fn exec_user(plugin: &Plugin) -> serde_json::Value {
+    json!({"exec": {
+        "apiVersion": API_VERSION,
+        "command": plugin.command(),
+        "interactiveMode": "Never",
+    }})
+}
+
 /// What [`bearer_reload::kube::infer`] makes of the kubeconfig: kube's config and its CA
 /// file as `root_cert_file`.
 async fn config(path: &Path, dir: &Path) -> kube::Config {
@@ -125,16 +134,7 @@ async fn an_exec_plugins_certificate_is_presented_and_reloaded_on_a_refusal() {
     };
     let first = ca.client("jane", HOUR);
     issue(&first);
-    let path = kubeconfig(
-        tmp.path(),
-        &ca,
-        &server,
-        json!({"exec": {
-            "apiVersion": API_VERSION,
-            "command": plugin.command(),
-            "interactiveMode": "Never",
-        }}),
-    );
+    let path = kubeconfig(tmp.path(), &ca, &server, exec_user(&plugin));
     let config = config(&path, tmp.path()).await;
     let credentials = Credentials::load(&config).await.unwrap();
     let client = credentials.client(config).unwrap();
@@ -166,16 +166,7 @@ async fn an_exec_plugins_token_and_certificate_come_from_one_run() {
     };
     let first = ca.client("jane", HOUR);
     issue("token-1", &first);
-    let path = kubeconfig(
-        tmp.path(),
-        &ca,
-        &server,
-        json!({"exec": {
-            "apiVersion": API_VERSION,
-            "command": plugin.command(),
-            "interactiveMode": "Never",
-        }}),
-    );
+    let path = kubeconfig(tmp.path(), &ca, &server, exec_user(&plugin));
     let config = config(&path, tmp.path()).await;
     let credentials = Credentials::load(&config).await.unwrap();
     // Both stores loaded from the one run, as kube uses both.

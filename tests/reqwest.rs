@@ -187,14 +187,7 @@ fn a_store_whose_runtime_ended_is_followed_again_from_its_next_request() {
 
     let tmp = tempfile::tempdir().unwrap();
     let volume = ProjectedTokenDir::create(tmp.path().join("sa"), "one").unwrap();
-    let start_up = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = start_up
-        .block_on(support::file(volume.token_path()).load())
-        .unwrap();
-    drop(start_up);
+    let store = support::load_on_a_runtime_that_ends(volume.token_path());
     assert!(matches!(store.status().watch, WatchState::Stopped { .. }));
 
     let main = tokio::runtime::Builder::new_multi_thread()

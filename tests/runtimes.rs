@@ -15,21 +15,6 @@ use bearer_reload::{BearerLayer, TokenStore, WatchState};
 use http::{Request, Response, header::AUTHORIZATION};
 use tower::{Layer, ServiceExt, service_fn};
 
-/// A store of `volume`'s token loaded on a runtime of its own, which has ended by the time
-/// this returns.
-fn load_on_a_runtime_that_ends(volume: &ProjectedTokenDir) -> TokenStore {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = runtime
-        .block_on(support::file(volume.token_path()).load())
-        .unwrap();
-    assert_eq!(store.status().watch, WatchState::Active);
-    drop(runtime);
-    store
-}
-
 /// Rotates `volume` to `token` and waits for `store` to carry it; returns how long that
 /// took from the rename.
 async fn rotate_and_wait(volume: &ProjectedTokenDir, store: &TokenStore, token: &str) -> Duration {
@@ -57,8 +42,8 @@ fn a_store_whose_runtime_ended_says_so_and_its_next_use_starts_it_again() {
     let tmp = tempfile::tempdir().unwrap();
     let volume = ProjectedTokenDir::create(tmp.path().join("sa"), "one").unwrap();
     // Loaded on a start-up runtime that ends; then the program's main runtime.
-    let early = load_on_a_runtime_that_ends(&volume);
-    let by_reload = load_on_a_runtime_that_ends(&volume);
+    let early = support::load_on_a_runtime_that_ends(volume.token_path());
+    let by_reload = support::load_on_a_runtime_that_ends(volume.token_path());
     assert!(stopped(&early), "{:?}", early.status().watch);
     assert!(stopped(&by_reload));
     let ours = volume.dir().display().to_string();

@@ -470,16 +470,12 @@ where
 mod tests {
 
     use super::*;
-    use crate::source::FnSource;
     use crate::test_support::pki::Ca;
 
     #[tokio::test]
     async fn debug_shows_the_credentials_and_the_generations_of_the_pool_in_use() {
         let pem = Ca::new("kubernetes").pem();
-        let source = FnSource::new("ca", move || {
-            let pem = pem.clone();
-            async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
-        });
+        let source = crate::test_support::pem("ca", pem);
         let roots = RootStore::builder(source).load().await.unwrap();
         let client = HttpsClient::<Empty<Bytes>>::new(roots);
         let shown = format!("{client:?}");

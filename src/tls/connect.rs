@@ -192,16 +192,12 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter, DuplexStream};
 
     use super::*;
-    use crate::source::FnSource;
     use crate::test_support::pki::Ca;
     use crate::tls::RootStore;
 
     async fn stores() -> Stores {
         let pem = Ca::new("kubernetes").pem();
-        let source = FnSource::new("ca", move || {
-            let pem = pem.clone();
-            async move { Ok::<_, io::Error>(pem.into_bytes()) }
-        });
+        let source = crate::test_support::pem("ca", pem);
         let roots = RootStore::builder(source).load().await.unwrap();
         Stores {
             identity: None,

@@ -34,6 +34,19 @@ pub fn file(path: impl Into<PathBuf>) -> StoreBuilder {
     TokenStore::builder(FileSource::new(path))
 }
 
+/// A store of the file at `path` loaded on a runtime of its own (a start-up step's), which
+/// has ended by the time this returns: nothing refreshes the store until its next use.
+pub fn load_on_a_runtime_that_ends(path: impl Into<PathBuf>) -> TokenStore {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(file(path).load()).unwrap();
+    assert_eq!(store.status().watch, bearer_reload::WatchState::Active);
+    drop(runtime);
+    store
+}
+
 /// A builder of a store on a closure named `name`.
 pub fn loader<F, Fut, E>(name: impl Into<String>, load: F) -> StoreBuilder
 where

@@ -169,10 +169,7 @@ async fn the_debug_and_the_status_hold_no_key() {
     let ca = Ca::new("kubernetes");
     let node = ca.client("n1", HOUR);
     let pem = node.combined();
-    let source = FnSource::new("pem", move || {
-        let pem = pem.clone();
-        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
-    });
+    let source = crate::test_support::pem("pem", pem);
     let store = IdentityStore::builder(source).load().await.unwrap();
     let shown = format!(
         "{store:?} {:?} {}",
@@ -226,10 +223,7 @@ async fn the_status_says_expired_once_the_certificate_in_use_is() {
     let ca = Ca::new("kubernetes");
     let now = SystemTime::now();
     let pem = ca.client_valid("n1", now - HOUR, now + HOUR).combined();
-    let source = FnSource::new("pem", move || {
-        let pem = pem.clone();
-        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
-    });
+    let source = crate::test_support::pem("pem", pem);
     let store = IdentityStore::builder(source)
         .no_watch()
         .refresh_interval(None)

@@ -123,10 +123,7 @@ async fn the_status_says_expired_once_every_authority_in_the_bundle_is() {
     let soon = Ca::valid("soon", now - hour, now + hour);
     let later = Ca::valid("later", now - hour, now + 3 * hour);
     let bundle = format!("{}{}", soon.pem(), later.pem());
-    let source = crate::source::FnSource::new("ca", move || {
-        let pem = bundle.clone();
-        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
-    });
+    let source = crate::test_support::pem("ca", bundle);
     let roots = RootStore::builder(source)
         .no_watch()
         .refresh_interval(None)
