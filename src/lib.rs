@@ -98,6 +98,22 @@
 //!   reload nothing. Give the credentials to one layer only: the [`kube`] module takes
 //!   kube's token out of its config for this reason.
 //!
+//! # When a request is sent again
+//!
+//! After a failure, a request is sent again (once, and only when its body is replayable:
+//! see [`body`]) only when the server cannot have acted on it (RFC 9110 §9.2.2):
+//!
+//! - it was never written;
+//! - or the server refused the credential before acting: a 401 or gRPC `UNAUTHENTICATED`
+//!   answer, a certificate alert; or our own verifier refused the server's certificate;
+//! - or its method is idempotent: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
+//!
+//! The layer's retry and the reqwest middleware resend after a 401 only. The `tls`
+//! feature's HTTPS client also meets connections that close without an answer, which a
+//! refused certificate and a crashed server both give: there a POST or PATCH goes back
+//! to the caller as the error, once, while the credential is still reloaded for the
+//! requests that follow.
+//!
 // Feature-gated items exist only with their feature: without it, their links point at the
 // feature table, so that no build of these docs shows a broken link.
 #![cfg_attr(
@@ -147,6 +163,7 @@ mod refresh;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
+mod resend;
 pub mod source;
 pub mod store;
 mod sync;

@@ -52,7 +52,8 @@ use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::layer::refused::{AfterRefusal, Refused};
-use crate::store::TokenStore;
+use crate::resend::{Failure, may_send_again};
+use crate::store::{Certainty, TokenStore};
 
 /// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,13 +158,14 @@ impl Middleware for BearerMiddleware {
         if response.status() != StatusCode::UNAUTHORIZED {
             return Ok(response);
         }
-        let Some(mut replay) = replay else {
+        let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))
+        else {
             // Starts the store's read and returns: the requests that follow get the new
             // token, this one gets its 401.
-            self.store.reload_after_unauthorized(sent);
+            self.store.reload_after_refusal(sent, Certainty::Certain);
             return Ok(response);
         };
-        let after = AfterRefusal::new(self.store.clone(), sent, response);
+        let after = AfterRefusal::new(self.store.clone(), sent, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         if let Err(response) =
             std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await

@@ -13,7 +13,7 @@ use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::Empty;
+use http_body_util::{Empty, Full};
 use support::mtls::{MtlsServer, PRESENTED};
 use support::pki::{Ca, Issued};
 use support::{DEADLINE, eventually, writers};
@@ -401,9 +401,13 @@ async fn a_server_moving_to_a_new_ca_while_the_bundle_rotates_fails_no_request()
     server.wait_requests(50, DEADLINE).await;
 
     // The bundle rotates to the new CA, and the server switches to a certificate of it at
-    // once: handshakes before the client reads the bundle fail its verification.
+    // once: handshakes before the client reads the bundle fail its verification. Both
+    // changes are made while the server holds new handshakes, so that none meets the new
+    // bundle and the old server certificate (which no reload mends: the bundle is newest).
+    server.hold_handshakes();
     volume.rotate(new_ca.pem()).unwrap();
     server.serve_with(&new_ca.server());
+    server.release_handshakes();
     let mut generations = roots.subscribe();
     tokio::time::timeout(DEADLINE, generations.wait_for(|&g| g == 2))
         .await
@@ -647,4 +651,202 @@ async fn a_bundle_rotation_moves_every_clone_to_one_new_connection() {
     get(&first, &url).await.unwrap();
     let connections: Vec<_> = server.arrivals().iter().map(|a| a.connection).collect();
     assert_eq!(connections, [1, 1, 2, 2, 2]);
+}
+
+/// A client of `Quiet`'s credentials whose requests carry a body that can be copied.
+async fn with_bodies(quiet: &Quiet) -> HttpsClient<Full<Bytes>> {
+    let roots = RootStore::builder(FileSource::new(ca_file(&quiet.ca)))
+        .load()
+        .await
+        .unwrap();
+    HttpsClient::new(roots).identity(quiet.identity.clone())
+}
+
+/// Sends `method` to `url` with `body`: the status and the certificate the server saw,
+/// or the error.
+async fn send(
+    client: &HttpsClient<Full<Bytes>>,
+    method: &http::Method,
+    url: &str,
+    body: &str,
+) -> Result<(StatusCode, String), String> {
+    let req = Request::builder()
+        .method(method)
+        .uri(url)
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    match client.clone().oneshot(req).await {
+        Ok(response) => {
+            let presented = response.headers()[PRESENTED].to_str().unwrap().to_owned();
+            Ok((response.status(), presented))
+        }
+        Err(e) => Err(support::chain(&e)),
+    }
+}
+
+/// How often the server received the request to `path`.
+fn received(server: &MtlsServer, path: &str) -> usize {
+    server.arrivals().iter().filter(|a| a.path == path).count()
+}
+
+/// Sends `method` to `path` (a `/hang` path); once the server has read it whole, rotates
+/// the identity (`rotate`) and closes the connection without an answer: what came back.
+async fn closed_without_an_answer(
+    quiet: &Quiet,
+    client: &HttpsClient<Full<Bytes>>,
+    method: http::Method,
+    path: &str,
+    rotate: Rotate,
+) -> Result<(StatusCode, String), String> {
+    let server = &quiet.server;
+    let before = server.arrivals().len() as u64;
+    let request = tokio::spawn({
+        let (client, url, body) = (client.clone(), server.url(path), path.to_owned());
+        async move { send(&client, &method, &url, &body).await }
+    });
+    server.wait_requests(before + 1, DEADLINE).await;
+    assert_eq!(server.arrivals().last().unwrap().body, path.as_bytes());
+    if let Rotate::Yes = rotate {
+        let generation = quiet.identity.generation();
+        std::fs::write(&quiet.path, quiet.ca.client("n1", HOUR).combined()).unwrap();
+        quiet.identity.reload().await.unwrap();
+        assert_eq!(quiet.identity.generation(), generation + 1);
+    }
+    server.cut_connections();
+    tokio::time::timeout(DEADLINE, request)
+        .await
+        .expect("the request ends")
+        .unwrap()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Rotate {
+    Yes,
+    No,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_or_patch_on_a_connection_closed_without_an_answer_is_never_sent_twice() {
+    let quiet = Quiet::start().await;
+    let client = with_bodies(&quiet).await;
+    let before = quiet.identity.status();
+    // The case of the report first, 100 times: read whole, the identity re-pointed, the
+    // connection closed with neither answer nor alert (a server that crashed after acting).
+    let mut cases: Vec<_> = (0..100)
+        .map(|_| (http::Method::POST, Rotate::Yes))
+        .collect();
+    cases.extend((0..10).map(|_| (http::Method::POST, Rotate::No)));
+    cases.extend((0..10).map(|_| (http::Method::PATCH, Rotate::Yes)));
+    cases.extend((0..10).map(|_| (http::Method::PATCH, Rotate::No)));
+    for (n, (method, rotate)) in cases.into_iter().enumerate() {
+        let path = format!("/hang?{method}-{rotate:?}-{n}");
+        let outcome = closed_without_an_answer(&quiet, &client, method, &path, rotate).await;
+        assert!(outcome.is_err(), "{path}: {outcome:?}");
+        assert_eq!(received(&quiet.server, &path), 1, "{path}");
+    }
+    let after = quiet.identity.status();
+    assert_eq!(after.retries, before.retries, "{after:?}");
+    // Not a 401: the possible refusals count as none.
+    assert_eq!(after.unauthorized, before.unauthorized);
+    // The next request gets its answer, with the identity current now.
+    let (status, presented) = get(&quiet.client, &quiet.server.url("/")).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(presented, quiet.identity.status().fingerprint);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_closed_without_an_answer_still_reloads_the_identity_for_the_next_request() {
+    let quiet = Quiet::start().await;
+    let client = with_bodies(&quiet).await;
+    // The identity rotated on disk; nothing watches it.
+    let new = quiet.ca.client("n1", HOUR);
+    std::fs::write(&quiet.path, new.combined()).unwrap();
+    let before = quiet.identity.status();
+    let path = "/hang?post";
+    let outcome =
+        closed_without_an_answer(&quiet, &client, http::Method::POST, path, Rotate::No).await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert_eq!(received(&quiet.server, path), 1);
+    // Read again because of the possible refusal, not sent again.
+    eventually("the identity reloaded", || quiet.identity.generation() == 2).await;
+    let after = quiet.identity.status();
+    assert_eq!(after.reads, before.reads + 1, "{after:?}");
+    assert_eq!(after.retries, before.retries);
+    let (status, presented) = send(&client, &http::Method::POST, &quiet.server.url("/"), "next")
+        .await
+        .unwrap();
+    assert_eq!((status, presented), (StatusCode::OK, new.fingerprint()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_or_put_on_a_connection_closed_without_an_answer_is_sent_again_after_a_rotation() {
+    let quiet = Quiet::start().await;
+    for (n, method) in [http::Method::GET, http::Method::PUT]
+        .into_iter()
+        .enumerate()
+    {
+        // A new client: a new connection, which has answered nothing yet (a connection
+        // that answered and then closed is no refusal, and nothing is sent again).
+        let client = with_bodies(&quiet).await;
+        let path = format!("/hang-once?{method}-{n}");
+        let before = quiet.identity.status();
+        let outcome =
+            closed_without_an_answer(&quiet, &client, method.clone(), &path, Rotate::Yes).await;
+        let (status, presented) = outcome.unwrap();
+        assert_eq!(status, StatusCode::OK, "{method}");
+        assert_eq!(presented, quiet.identity.status().fingerprint, "{method}");
+        assert_eq!(received(&quiet.server, &path), 2, "{method}");
+        let after = quiet.identity.status();
+        assert_eq!(after.retries, before.retries + 1, "{method}");
+        assert_eq!(after.retries_succeeded, before.retries_succeeded + 1);
+    }
+    // Without a rotation the reload brings nothing newer: the failure comes back, once,
+    // as hyper-util's own would.
+    let path = "/hang-once?GET-unrotated";
+    let client = with_bodies(&quiet).await;
+    let outcome =
+        closed_without_an_answer(&quiet, &client, http::Method::GET, path, Rotate::No).await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert_eq!(received(&quiet.server, path), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_handshake_was_refused_with_an_alert_is_sent_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("client.pem");
+    let ca = Ca::new("kubernetes");
+    let old = ca.client("n1", HOUR);
+    std::fs::write(&path, old.combined()).unwrap();
+    let identity = IdentityStore::builder(FileSource::new(&path))
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await
+        .unwrap();
+    let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
+        .load()
+        .await
+        .unwrap();
+    // TLS 1.2: the server's alert arrives inside the handshake, before a byte of the
+    // request is written.
+    let server = MtlsServer::start_tls12(&ca, &ca.server()).await;
+    let client = HttpsClient::<Full<Bytes>>::new(roots).identity(identity.clone());
+    let new = ca.client("n1", HOUR);
+    std::fs::write(&path, new.combined()).unwrap();
+    server.refuse(&old.fingerprint());
+    let before = identity.status();
+    for method in [http::Method::POST, http::Method::PATCH] {
+        let path = format!("/?{method}");
+        let (status, presented) = send(&client, &method, &server.url(&path), "once")
+            .await
+            .unwrap();
+        assert_eq!((status, presented), (StatusCode::OK, new.fingerprint()));
+        assert_eq!(received(&server, &path), 1);
+    }
+    assert!(server.refused_handshakes() >= 1);
+    let after = identity.status();
+    assert_eq!(after.generation, 2);
+    // A certain refusal: counted as one, and its request sent again.
+    assert_eq!(after.unauthorized_reloads, before.unauthorized_reloads + 1);
+    assert_eq!(after.retries_succeeded, before.retries_succeeded + 1);
 }

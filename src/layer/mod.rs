@@ -60,15 +60,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
-use crate::store::{StoreId, TokenStore};
+use crate::store::{Certainty, StoreId, TokenStore};
 use crate::token::Token;
 
 pub(crate) mod refused;
 mod retry;
 
 pub use retry::RetryFuture;
-#[cfg(feature = "tls")]
-pub(crate) use retry::clone_request;
 
 /// What [`Authorizer::authorize`] returns for a request that kept its own header: no
 /// store's generation is 0.
@@ -316,7 +314,7 @@ where
         {
             // Starts the store's read and returns: the requests that follow get the new
             // token once it is in (see the module docs), this one gets its 401.
-            store.reload_after_unauthorized(*this.sent);
+            store.reload_after_refusal(*this.sent, Certainty::Certain);
         }
         Poll::Ready(result)
     }

@@ -30,7 +30,7 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
-use crate::store::TokenStore;
+use crate::store::{Certainty, TokenStore};
 use crate::token::Token;
 
 /// The most of a refused response's body read (and dropped) before the retry.
@@ -79,9 +79,11 @@ pin_project! {
 }
 
 impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
-    /// After `response` refused a request sent with the token of generation `sent`.
-    pub(crate) fn new(store: TokenStore, sent: u64, response: R) -> Self {
-        let reload: Reload = Box::pin(async move { store.refresh_after_unauthorized(sent).await });
+    /// After `response` refused (with `certainty`) a request sent with the token of
+    /// generation `sent`.
+    pub(crate) fn new(store: TokenStore, sent: u64, certainty: Certainty, response: R) -> Self {
+        let reload: Reload =
+            Box::pin(async move { store.refresh_after_refusal(sent, certainty).await });
         Self {
             step: Step::Reloading { reload },
             response: Some(response),
@@ -207,7 +209,7 @@ mod tests {
         let store = crate::test_support::rotated_store().await;
         // The source's "new" is read by the reload: a newer token.
         let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("x")));
-        let after = AfterRefusal::new(store.clone(), 1, response);
+        let after = AfterRefusal::new(store.clone(), 1, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         let went = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
         assert!(went.is_ok());
@@ -215,7 +217,7 @@ mod tests {
         // The new token refused in turn: the source holds nothing newer, and the response
         // comes back as it was.
         let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("y")));
-        let after = AfterRefusal::new(store.clone(), 2, response);
+        let after = AfterRefusal::new(store.clone(), 2, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
         let body = back.unwrap_err().into_body();
@@ -223,7 +225,7 @@ mod tests {
         assert_eq!(body.collect().await.unwrap().to_bytes(), "y");
         // A newer token, but a body that can no longer be replayed: given back too.
         let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("z")));
-        let after = AfterRefusal::new(store.clone(), 1, response);
+        let after = AfterRefusal::new(store.clone(), 1, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || false)).await;
         assert!(back.is_err());

@@ -17,7 +17,8 @@ use super::BearerService;
 use super::refused::AfterRefusal;
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
-use crate::store::TokenStore;
+use crate::resend::{Failure, clone_request, may_send_again};
+use crate::store::{Certainty, TokenStore};
 
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, true>
 where
@@ -50,17 +51,6 @@ where
             retry_svc,
         }
     }
-}
-
-/// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.
-pub(crate) fn clone_request<B: TryCloneBody>(req: &Request<B>) -> Option<Request<B>> {
-    let mut copy = Request::new(req.body().try_clone_body()?);
-    *copy.method_mut() = req.method().clone();
-    *copy.uri_mut() = req.uri().clone();
-    *copy.version_mut() = req.version();
-    *copy.headers_mut() = req.headers().clone();
-    *copy.extensions_mut() = req.extensions().clone();
-    Some(copy)
 }
 
 pin_project! {
@@ -138,12 +128,17 @@ where
                     if !this.classifier.is_unauthorized(&response) {
                         return Poll::Ready(Ok(response));
                     }
-                    if this.replay.is_none() {
+                    let resend = this
+                        .replay
+                        .as_ref()
+                        .is_some_and(|r| may_send_again(r.method(), Failure::Refused));
+                    if !resend {
                         // Not sent again: the reload starts for the requests that follow.
-                        store.reload_after_unauthorized(*sent);
+                        store.reload_after_refusal(*sent, Certainty::Certain);
                         return Poll::Ready(Ok(response));
                     }
-                    let after = AfterRefusal::new(store.clone(), *sent, response);
+                    let after =
+                        AfterRefusal::new(store.clone(), *sent, Certainty::Certain, response);
                     this.state.set(State::Refused { after });
                 }
                 StateProj::Refused { after } => {
@@ -173,34 +168,5 @@ where
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_request_copy_keeps_everything_and_owns_its_parts() {
-        let mut req = Request::builder()
-            .method("POST")
-            .uri("http://h/p?q")
-            .header("x-a", "1")
-            .extension(7u32)
-            .body("body".to_string())
-            .unwrap();
-        let copy = clone_request(&req).unwrap();
-        assert_eq!(copy.method(), "POST");
-        assert_eq!(copy.uri(), "http://h/p?q");
-        assert_eq!(copy.headers()["x-a"], "1");
-        assert_eq!(copy.extensions().get::<u32>(), Some(&7));
-        assert_eq!(copy.body(), "body");
-        // Changing the original (as the first attempt's stack does) leaves the copy alone.
-        req.headers_mut().insert("x-a", "2".parse().unwrap());
-        req.extensions_mut().insert(8u32);
-        req.body_mut().push_str("-sent");
-        assert_eq!(copy.headers()["x-a"], "1");
-        assert_eq!(copy.extensions().get::<u32>(), Some(&7));
-        assert_eq!(copy.body(), "body");
     }
 }

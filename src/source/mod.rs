@@ -378,7 +378,9 @@ mod tests {
             .unwrap();
         tokio::time::advance(Duration::from_secs(10)).await;
         store.reload().await.unwrap();
-        store.refresh_after_unauthorized(store.generation()).await;
+        store
+            .refresh_after_refusal(store.generation(), crate::store::Certainty::Certain)
+            .await;
         let later = origin + Duration::from_secs(10);
         assert_eq!(
             *source.0.lock().unwrap(),

@@ -79,7 +79,8 @@ pub(crate) use weak::WeakStore;
 use expiry::ExpiryWarnings;
 use flight::{Done, Flight, Ticket};
 use install::token_of;
-use refused::UnauthorizedRead;
+pub(crate) use refused::Certainty;
+use refused::RefusalReads;
 use status::Counters;
 use telemetry::Telemetry;
 
@@ -147,7 +148,7 @@ pub(crate) struct Shared {
     generations: watch::Sender<u64>,
     counters: Counters,
     last_error: Mutex<Option<LoadError>>,
-    last_unauthorized_read: Mutex<Option<UnauthorizedRead>>,
+    last_refusal_reads: Mutex<RefusalReads>,
     watch_state: Mutex<WatchState>,
     expiry: ExpiryWarnings,
     telemetry: Telemetry,
@@ -228,7 +229,7 @@ impl TokenStore {
                     ..Counters::default()
                 },
                 last_error: Mutex::new(None),
-                last_unauthorized_read: Mutex::new(None),
+                last_refusal_reads: Mutex::default(),
                 watch_state: Mutex::new(WatchState::Off),
                 expiry: ExpiryWarnings::default(),
                 telemetry: Telemetry::new(label),

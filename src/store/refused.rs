@@ -1,5 +1,5 @@
-//! What the store does when a server refuses its token: a generation-aware, rate-limited
-//! reload.
+//! What the store does when a server refuses its credential: a generation-aware,
+//! rate-limited reload.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,12 +10,43 @@ use crate::source::Trigger;
 use crate::sync::lock;
 use crate::token::Token;
 
-/// A read asked for by an unauthorized response.
+/// How sure a refusal is that the server refused the credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Certainty {
+    /// The server said so: a 401, a certificate alert; or our verifier refused the
+    /// server's certificate.
+    Certain,
+    /// A connection that ended without an answer, as one whose certificate the server
+    /// refused after a TLS 1.3 handshake may: or for any other reason.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Possible,
+}
+
+/// A read asked for by a refusal.
 #[derive(Clone, Copy)]
-pub(super) struct UnauthorizedRead {
+struct RefusalRead {
     at: Instant,
     generation: u64,
     read: u64,
+}
+
+/// The last read asked for by each kind of refusal: each is rate-limited on its own, so
+/// that a possible refusal (a connection that closed, which may have happened before the
+/// rotation was written) never spends the read that a certain one of the same
+/// generation needs.
+#[derive(Default)]
+pub(super) struct RefusalReads {
+    certain: Option<RefusalRead>,
+    possible: Option<RefusalRead>,
+}
+
+impl RefusalReads {
+    fn slot(&mut self, certainty: Certainty) -> &mut Option<RefusalRead> {
+        match certainty {
+            Certainty::Certain => &mut self.certain,
+            Certainty::Possible => &mut self.possible,
+        }
+    }
 }
 
 /// The store's answer to an unauthorized response.
@@ -27,13 +58,16 @@ enum Refused {
 }
 
 impl TokenStore {
-    /// After an unauthorized response to a request sent with generation `sent`: a newer
-    /// token if one is installed, else the read that may bring one (started now, joined,
-    /// or the one asked for by an earlier 401 to the same token within the rate limit).
-    fn refused(&self, sent: u64) -> Refused {
+    /// After a refusal of a request sent with generation `sent`: a newer token if one is
+    /// installed, else the read that may bring one (started now, joined, or the one asked
+    /// for by an earlier refusal of the same certainty to the same token within the rate
+    /// limit). Only certain refusals count as unauthorized responses in the status.
+    fn refused(&self, sent: u64, certainty: Certainty) -> Refused {
         let s = &self.shared;
-        Counters::bump(&s.counters.unauthorized_seen);
-        s.telemetry.unauthorized();
+        if certainty == Certainty::Certain {
+            Counters::bump(&s.counters.unauthorized_seen);
+            s.telemetry.unauthorized();
+        }
         // Reads started before this response arrived may have started before the server
         // revoked the token, and before its successor was written: they do not count.
         let arrived = lock(&s.flight).started;
@@ -41,7 +75,8 @@ impl TokenStore {
             return Refused::Newer(token);
         }
         let wanted = {
-            let mut last = lock(&s.last_unauthorized_read);
+            let mut reads = lock(&s.last_refusal_reads);
+            let last = reads.slot(certainty);
             let now = Instant::now();
             match *last {
                 // This generation was refused before, and a read was asked for then, within
@@ -56,12 +91,14 @@ impl TokenStore {
                 }
                 _ => {
                     let read = arrived + 1;
-                    *last = Some(UnauthorizedRead {
+                    *last = Some(RefusalRead {
                         at: now,
                         generation: sent,
                         read,
                     });
-                    Counters::bump(&s.counters.unauthorized_reloads);
+                    if certainty == Certainty::Certain {
+                        Counters::bump(&s.counters.unauthorized_reloads);
+                    }
                     read
                 }
             }
@@ -73,12 +110,16 @@ impl TokenStore {
         Refused::Reading(s.ask(wanted, ask))
     }
 
-    /// After an unauthorized response: a token newer than `sent`, installed already or
-    /// read now, or `None` when the source still holds the same token (or was read less
-    /// than the rate limit ago). The read is the store's: dropping this future leaves it
-    /// running for the requests that follow.
-    pub(crate) async fn refresh_after_unauthorized(&self, sent: u64) -> Option<Arc<Token>> {
-        match self.refused(sent) {
+    /// After a refusal: a token newer than `sent`, installed already or read now, or
+    /// `None` when the source still holds the same token (or was read less than the rate
+    /// limit ago). The read is the store's: dropping this future leaves it running for the
+    /// requests that follow.
+    pub(crate) async fn refresh_after_refusal(
+        &self,
+        sent: u64,
+        certainty: Certainty,
+    ) -> Option<Arc<Token>> {
+        match self.refused(sent, certainty) {
             Refused::Newer(token) => Some(token),
             Refused::Reading(ticket) => {
                 let done = self.shared.done.subscribe();
@@ -88,11 +129,10 @@ impl TokenStore {
         }
     }
 
-    /// After an unauthorized response to a request sent with generation `sent`, without
-    /// waiting: starts (or joins) the read that may bring a newer token, for the requests
-    /// that follow.
-    pub(crate) fn reload_after_unauthorized(&self, sent: u64) {
-        let _ = self.refused(sent);
+    /// After a refusal of a request sent with generation `sent`, without waiting: starts
+    /// (or joins) the read that may bring a newer token, for the requests that follow.
+    pub(crate) fn reload_after_refusal(&self, sent: u64, certainty: Certainty) {
+        let _ = self.refused(sent, certainty);
     }
 
     /// Starts the store's refresher again if it stopped: for a client that reads the

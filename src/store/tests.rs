@@ -73,7 +73,12 @@ async fn a_hung_read_times_out_and_does_not_hold_up_later_reloads() {
     assert_eq!(err.origin(), "loader scripted");
     assert_eq!(store.current().header_value(), "Bearer one");
     // A 401 gets its answer (no newer token) instead of waiting forever.
-    assert!(store.refresh_after_unauthorized(1).await.is_none());
+    assert!(
+        store
+            .refresh_after_refusal(1, Certainty::Certain)
+            .await
+            .is_none()
+    );
     // Once reads work again, the next reload installs the new token.
     src.gate.add_permits(1);
     assert_eq!(store.reload().await.unwrap().generation(), 2);
@@ -265,7 +270,7 @@ async fn a_401_is_not_answered_by_a_read_that_started_before_it() {
     let refused: Vec<_> = (0..2)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.refresh_after_unauthorized(1).await })
+            tokio::spawn(async move { store.refresh_after_refusal(1, Certainty::Certain).await })
         })
         .collect();
     // Both 401s have asked for their read (the count goes up as they ask).
@@ -697,4 +702,57 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
 
     drop(store);
     assert!(!weak.read_now(Trigger::Watch), "the store is gone");
+}
+
+#[tokio::test]
+async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
+    let src = Scripted::new("one");
+    let store = src.loader().load().await.unwrap();
+    let reads = || src.calls.load(Ordering::SeqCst);
+    assert_eq!(reads(), 1);
+    // A connection closed without an answer, before the rotation was written: its read
+    // finds the same token.
+    let possible = Certainty::Possible;
+    assert!(store.refresh_after_refusal(1, possible).await.is_none());
+    assert_eq!(reads(), 2);
+    // Another within the rate limit joins that answer: no read.
+    assert!(store.refresh_after_refusal(1, possible).await.is_none());
+    assert_eq!(reads(), 2);
+    // Possible refusals are no 401s.
+    let status = store.status();
+    assert_eq!((status.unauthorized, status.unauthorized_reloads), (0, 0));
+
+    // The rotation lands and the server refuses the old token with a 401, within the same
+    // second: the certain refusal reads on its own and finds the new token.
+    src.set(Ok("two"));
+    let token = store.refresh_after_refusal(1, Certainty::Certain).await;
+    assert_eq!(token.expect("the new token").header_value(), "Bearer two");
+    assert_eq!(reads(), 3);
+    let status = store.status();
+    assert_eq!((status.unauthorized, status.unauthorized_reloads), (1, 1));
+
+    // Each kind is rate-limited on its own (one read a second by default): the new token
+    // refused at once, each kind reads once.
+    src.set(Ok("three"));
+    store.reload_after_refusal(2, possible);
+    crate::test_support::eventually("the possible refusal's read", || store.generation() == 3)
+        .await;
+    assert_eq!(reads(), 4);
+    assert!(store.refresh_after_refusal(3, possible).await.is_none());
+    assert_eq!(reads(), 5);
+    assert!(store.refresh_after_refusal(3, possible).await.is_none());
+    assert!(
+        store
+            .refresh_after_refusal(3, Certainty::Certain)
+            .await
+            .is_none()
+    );
+    assert_eq!(reads(), 6);
+    assert!(
+        store
+            .refresh_after_refusal(3, Certainty::Certain)
+            .await
+            .is_none()
+    );
+    assert_eq!(reads(), 6);
 }

@@ -29,13 +29,13 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{Dialled, Tagging};
+use super::connect::{Dialled, Tagging, Verdict};
 use super::refusal::{Blame, blame};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::layer::clone_request;
 use crate::layer::refused::{AfterRefusal, Refused};
-use crate::store::TokenStore;
+use crate::resend::{Failure, clone_request, may_send_again};
+use crate::store::{Certainty, TokenStore};
 use crate::sync::lock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -54,6 +54,16 @@ type Connector = Tagging<HttpsConnector<HttpConnector>>;
 /// verify (an unknown issuer) reloads the bundle: one read per burst, as for tokens. A
 /// request whose body can be copied ([`TryCloneBody`]) is then sent once more, on a new
 /// connection, when the reload brought a newer credential.
+///
+/// A new connection that closes before it answers anything may be a refusal too (over
+/// TLS 1.3 the server refuses a certificate after the client's handshake, and the alert
+/// can be lost), and it reloads the identity as well, rate-limited apart from the
+/// certain refusals above. But a server that crashed after acting on the request closes
+/// the same way, so such a request is sent again only when that cannot matter: it was
+/// never written, or its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
+/// A POST or PATCH comes back as the error, once, and the next request gets the reloaded
+/// identity. The rule is the crate's, for every request it resends: see
+/// [the crate docs](crate#when-a-request-is-sent-again).
 ///
 /// A tower `Service` for request bodies of type `B`, cheap to clone; put a
 /// [`BearerLayer`](crate::BearerLayer) in front of it for a token as well. By default it
@@ -313,36 +323,60 @@ where
 }
 
 /// What came back refused: a 401, or an error.
-enum Refusal {
+enum Answer {
     Response(Response<Incoming>),
     Error(Error),
 }
 
-impl Refusal {
+impl Answer {
     fn into_outcome(self) -> Outcome {
         match self {
-            Refusal::Response(response) => Ok(response),
-            Refusal::Error(error) => Err(error),
+            Answer::Response(response) => Ok(response),
+            Answer::Error(error) => Err(error),
         }
     }
 }
 
-impl Refused for Refusal {
+impl Refused for Answer {
     type Body = Either<Incoming, Empty<Bytes>>;
 
     fn into_body(self) -> Self::Body {
         match self {
-            Refusal::Response(response) => Either::Left(response.into_body()),
-            Refusal::Error(_) => Either::Right(Empty::new()),
+            Answer::Response(response) => Either::Left(response.into_body()),
+            Answer::Error(_) => Either::Right(Empty::new()),
         }
     }
 }
 
 type Outcome = Result<Response<Incoming>, Error>;
 
-/// Whether `outcome` is a refusal, whose, and the generations of the connection it came
-/// on when known.
-fn refusal(outcome: &Outcome) -> Option<(Blame, Option<Generations>)> {
+/// A failure that may be a refusal of one of the client's credentials.
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    /// Whose credential.
+    blame: Blame,
+    /// What it proves about the request (see [`crate::resend`]).
+    failure: Failure,
+    /// The generations of the connection it came on, when known.
+    dialled: Option<Generations>,
+}
+
+impl Refusal {
+    fn certainty(&self) -> Certainty {
+        match self.failure {
+            Failure::Refused => Certainty::Certain,
+            Failure::NotWritten | Failure::Uncertain => Certainty::Possible,
+        }
+    }
+}
+
+/// Whether `outcome` is a refusal, or may be one.
+fn refusal(outcome: &Outcome) -> Option<Refusal> {
+    let refusal = |blame, failure, dialled: Option<&Dialled>| Refusal {
+        blame,
+        failure,
+        dialled: dialled.map(|d| d.generations),
+    };
     match outcome {
         Ok(response) => {
             let dialled = response.extensions().get::<Dialled>();
@@ -350,7 +384,7 @@ fn refusal(outcome: &Outcome) -> Option<(Blame, Option<Generations>)> {
                 dialled.answered();
             }
             (response.status() == StatusCode::UNAUTHORIZED)
-                .then(|| (Blame::Identity, dialled.map(|d| d.generations)))
+                .then(|| refusal(Blame::Identity, Failure::Refused, dialled))
         }
         Err(error) => {
             let dialled = error.connect_info().and_then(|info| {
@@ -358,15 +392,24 @@ fn refusal(outcome: &Outcome) -> Option<(Blame, Option<Generations>)> {
                 info.get_extras(&mut extensions);
                 extensions.remove::<Dialled>()
             });
-            match (blame(error), dialled) {
-                (Some(blame), dialled) => Some((blame, dialled.map(|d| d.generations))),
-                (None, Some(d)) if d.maybe_refused() => {
-                    Some((Blame::Identity, Some(d.generations)))
+            let dialled = dialled.as_ref();
+            match (blame(error), dialled.map(Dialled::verdict)) {
+                (Some(blame), _) => Some(refusal(blame, Failure::Refused, dialled)),
+                (None, Some(Verdict::Refused)) => {
+                    Some(refusal(Blame::Identity, Failure::Refused, dialled))
+                }
+                // Closed before it answered anything: over TLS 1.3 the server's refusal
+                // of the certificate can end a connection after our handshake, before
+                // the alert is read; so can a server that crashed after acting on it.
+                (None, Some(Verdict::Unanswered)) => {
+                    Some(refusal(Blame::Identity, Failure::Uncertain, dialled))
                 }
                 // Closed during hyper's own handshake on a new connection, which never
-                // reached the pool (so the error tells nothing of it): over TLS 1.3 the
-                // server's refusal of the certificate can end the connection there.
-                (None, None) if closed_before_pooled(error) => Some((Blame::Identity, None)),
+                // reached the pool (so the error tells nothing of it): the request was
+                // never written, and a refusal may have ended the connection there.
+                (None, None) if closed_before_pooled(error) => {
+                    Some(refusal(Blame::Identity, Failure::NotWritten, None))
+                }
                 (None, _) => None,
             }
         }
@@ -404,7 +447,7 @@ pin_project! {
         First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
         Refused {
             #[pin]
-            after: AfterRefusal<Refusal, Either<Incoming, Empty<Bytes>>>,
+            after: AfterRefusal<Answer, Either<Incoming, Empty<Bytes>>>,
             store: TokenStore,
         },
         Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, store: TokenStore },
@@ -440,29 +483,34 @@ where
             match this.state.as_mut().project() {
                 StateProj::First { fut } => {
                     let outcome = ready!(fut.poll(cx));
-                    let Some((store, sent)) = refusal(&outcome).and_then(|(blame, dialled)| {
-                        this.shared
-                            .refused_store(blame, dialled.unwrap_or(*this.sent))
-                    }) else {
+                    let Some(refusal) = refusal(&outcome) else {
                         return Poll::Ready(outcome);
                     };
-                    if this.replay.is_none() {
+                    let sent = refusal.dialled.unwrap_or(*this.sent);
+                    let Some((store, sent)) = this.shared.refused_store(refusal.blame, sent) else {
+                        return Poll::Ready(outcome);
+                    };
+                    let resend = this
+                        .replay
+                        .as_ref()
+                        .is_some_and(|r| may_send_again(r.method(), refusal.failure));
+                    if !resend {
                         // Not sent again: the reload starts for the requests that follow.
-                        store.reload_after_unauthorized(sent);
+                        store.reload_after_refusal(sent, refusal.certainty());
                         return Poll::Ready(outcome);
                     }
-                    let refusal = match outcome {
-                        Ok(response) => Refusal::Response(response),
-                        Err(error) => Refusal::Error(error),
+                    let answer = match outcome {
+                        Ok(response) => Answer::Response(response),
+                        Err(error) => Answer::Error(error),
                     };
-                    let after = AfterRefusal::new(store.clone(), sent, refusal);
+                    let after = AfterRefusal::new(store.clone(), sent, refusal.certainty(), answer);
                     this.state.set(State::Refused { after, store });
                 }
                 StateProj::Refused { after, store } => {
                     let replay = &mut *this.replay;
                     let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
-                    if let Err(refusal) = ready!(after.poll_with(cx, replayable)) {
-                        return Poll::Ready(refusal.into_outcome());
+                    if let Err(answer) = ready!(after.poll_with(cx, replayable)) {
+                        return Poll::Ready(answer.into_outcome());
                     }
                     let store = store.clone();
                     let req = this.replay.take().expect("a refusal is retried once");

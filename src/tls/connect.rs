@@ -90,16 +90,32 @@ const ANSWERED: u8 = 1;
 /// The server refused the client certificate (an alert read).
 const REFUSED: u8 = 2;
 
+/// What a failed connection's history says of a failure on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The server refused the client certificate: an alert was read.
+    Refused,
+    /// It failed before the server answered anything: over TLS 1.3 the refusal comes
+    /// after the client's handshake, and a request can fail writing to the closed
+    /// connection before it reads the alert; a server that crashed looks the same.
+    Unanswered,
+    /// It answered before: whatever ended it, it was not a refusal of its certificate.
+    Answered,
+}
+
 impl Dialled {
-    /// Whether a failure of this connection may be the server refusing its client
-    /// certificate: it read the refusal, or it failed before the server sent anything
-    /// (over TLS 1.3 the refusal comes after the client's handshake, and a request can
-    /// fail writing to the closed connection before it reads the alert).
-    pub(crate) fn maybe_refused(&self) -> bool {
+    /// What this connection's history says of a failure on it.
+    pub(crate) fn verdict(&self) -> Verdict {
         // "Answered" is marked from the responses, not from reads: the end of the stream
         // reads as `Ok` too, and a server that refused may close without an alert.
         let state = self.state.load(Ordering::Acquire);
-        state & REFUSED != 0 || state & ANSWERED == 0
+        if state & REFUSED != 0 {
+            Verdict::Refused
+        } else if state & ANSWERED == 0 {
+            Verdict::Unanswered
+        } else {
+            Verdict::Answered
+        }
     }
 
     /// A response came back on this connection: it was not refused.
@@ -265,13 +281,13 @@ mod tests {
             state: Arc::default(),
         };
         // Failed before the server sent anything: over TLS 1.3, maybe a refusal.
-        assert!(dialled.maybe_refused());
+        assert_eq!(dialled.verdict(), Verdict::Unanswered);
         dialled.answered();
-        assert!(!dialled.maybe_refused());
+        assert_eq!(dialled.verdict(), Verdict::Answered);
         // Its clones (in each response's extensions) share what it learnt.
         let clone = dialled.clone();
         clone.answered();
-        assert!(!dialled.maybe_refused());
+        assert_eq!(dialled.verdict(), Verdict::Answered);
         assert_eq!(dialled.state.load(Ordering::Relaxed), ANSWERED);
     }
 
@@ -283,10 +299,10 @@ mod tests {
         );
         let mut io = tagged(Failing(Some(alert))).await;
         io.dialled.answered();
-        assert!(!io.dialled.maybe_refused());
+        assert_eq!(io.dialled.verdict(), Verdict::Answered);
         let err = read(&mut io).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-        assert!(io.dialled.maybe_refused());
+        assert_eq!(io.dialled.verdict(), Verdict::Refused);
 
         // Any other failure of a connection that answered is no refusal.
         for error in [
@@ -298,12 +314,12 @@ mod tests {
             let mut io = tagged(Failing(Some(error))).await;
             io.dialled.answered();
             read(&mut io).await.unwrap_err();
-            assert!(!io.dialled.maybe_refused());
+            assert_eq!(io.dialled.verdict(), Verdict::Answered);
         }
         // A read that succeeds changes nothing either.
         let mut io = tagged(Failing(None)).await;
         read(&mut io).await.unwrap();
-        assert!(io.dialled.maybe_refused());
+        assert_eq!(io.dialled.verdict(), Verdict::Unanswered);
     }
 
     async fn write_all<T: Write + Unpin>(io: &mut Tagged<T>, mut bytes: &[u8]) {

@@ -15,7 +15,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, UnixTime};
@@ -46,6 +47,11 @@ pub struct Arrival {
     pub client: Option<String>,
     /// The request's `Authorization` header (test tokens only).
     pub authorization: Option<String>,
+    /// Its method, and its path with the query.
+    pub method: http::Method,
+    pub path: String,
+    /// Its body, read whole before it is recorded.
+    pub body: Bytes,
 }
 
 pub struct MtlsServer {
@@ -71,6 +77,8 @@ struct Shared {
     refused_handshakes: AtomicU64,
     /// Every connection's task, to cut them.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// While true, new connections wait before their handshake.
+    held: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -115,7 +123,28 @@ impl MtlsServer {
         Self::start_with(clients, server, &[b"http/1.1"]).await
     }
 
+    /// [`start`](Self::start), with TLS 1.2 only: the server's verdict on the client
+    /// certificate comes inside the handshake, before any request is written.
+    pub async fn start_tls12(clients: &Ca, server: &Issued) -> Self {
+        Self::start_with_versions(
+            clients,
+            server,
+            &[b"h2", b"http/1.1"],
+            &[&rustls::version::TLS12],
+        )
+        .await
+    }
+
     async fn start_with(clients: &Ca, server: &Issued, alpn: &[&[u8]]) -> Self {
+        Self::start_with_versions(clients, server, alpn, rustls::DEFAULT_VERSIONS).await
+    }
+
+    async fn start_with_versions(
+        clients: &Ca,
+        server: &Issued,
+        alpn: &[&[u8]],
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let shared = Arc::new(Shared {
             clients: Mutex::new(client_verifier(clients, &provider)),
@@ -127,9 +156,10 @@ impl MtlsServer {
             connections: AtomicU64::new(0),
             refused_handshakes: AtomicU64::new(0),
             tasks: Mutex::default(),
+            held: watch::Sender::new(false),
         });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(versions)
             .unwrap()
             .with_client_cert_verifier(Arc::new(Verifier(shared.clone())))
             .with_cert_resolver(Arc::new(ServerCert(shared.clone())));
@@ -163,6 +193,18 @@ impl MtlsServer {
     /// Serves with `server`'s certificate from the next handshake on.
     pub fn serve_with(&self, server: &Issued) {
         *self.shared.server.lock().unwrap() = certified(server, &self.shared.provider);
+    }
+
+    /// Holds every new connection before its handshake until
+    /// [`release_handshakes`](Self::release_handshakes): changes made meanwhile (a new
+    /// server certificate) reach every client at once.
+    pub fn hold_handshakes(&self) {
+        self.shared.held.send_replace(true);
+    }
+
+    /// Lets the held connections and every later one through.
+    pub fn release_handshakes(&self) {
+        self.shared.held.send_replace(false);
     }
 
     /// Cuts every connection made so far, without a TLS `close_notify`: requests in flight
@@ -208,6 +250,8 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
         let tasks = shared.clone();
         let task = tokio::spawn(async move {
+            let mut held = shared.held.subscribe();
+            let _ = held.wait_for(|held| !held).await;
             let Ok(stream) = acceptor.accept(tcp).await else {
                 shared.refused_handshakes.fetch_add(1, Ordering::SeqCst);
                 return;
@@ -220,12 +264,20 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                 .map(|cert| fingerprint(cert))
                 .unwrap_or_default();
             let connection = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
-            let svc = hyper::service::service_fn(move |req: http::Request<_>| {
+            let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
                 let shared = shared.clone();
                 let presented = presented.clone();
-                // `/hang` is answered never: a request in flight, for as long as the test
-                // wants one.
-                let hang = req.uri().path() == "/hang";
+                // `/hang` is answered never: a request in flight (its body read whole),
+                // for as long as the test wants one; `cut_connections` then closes it
+                // without an answer, as a server that crashed after acting on it does.
+                // `/hang-once` is answered never the first time a path and query arrive,
+                // and at once after that: a request sent again gets its answer.
+                let method = req.method().clone();
+                let path = req
+                    .uri()
+                    .path_and_query()
+                    .map_or("", |p| p.as_str())
+                    .to_owned();
                 let client = req
                     .headers()
                     .get("x-client")
@@ -237,15 +289,30 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
                 async move {
+                    let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                    let Ok(body) = body else {
+                        // The client went away mid-body: nothing arrived.
+                        return Ok(Response::new(Full::new(Bytes::new())));
+                    };
                     let refused = shared.is_refused(&presented);
-                    shared.arrivals.lock().unwrap().push(Arrival {
-                        at: Instant::now(),
-                        fingerprint: presented.clone(),
-                        connection,
-                        refused,
-                        client,
-                        authorization,
-                    });
+                    let hang = {
+                        let mut arrivals = shared.arrivals.lock().unwrap();
+                        let route = path.split('?').next().unwrap_or_default();
+                        let hang = route == "/hang"
+                            || (route == "/hang-once" && arrivals.iter().all(|a| a.path != path));
+                        arrivals.push(Arrival {
+                            at: Instant::now(),
+                            fingerprint: presented.clone(),
+                            connection,
+                            refused,
+                            client,
+                            authorization,
+                            method,
+                            path,
+                            body,
+                        });
+                        hang
+                    };
                     shared.requests.send_modify(|n| *n += 1);
                     if hang {
                         std::future::pending::<()>().await;
