@@ -225,8 +225,10 @@ async fn rotations_under_load(writer: Writer, ca: Ca, first: Issued) {
         }
     }
     assert_eq!(failed, 0, "of {} requests", sent.len());
-    // The first request with each new certificate came soon after it was written (the
-    // figure, from the `cert_rotation` example, is under 10 ms; here 10x looser).
+    // The first request with each new certificate came soon after it was written: the
+    // watcher brought it, not the 60 s timer. The figure is `cert_rotation`'s (release,
+    // BENCHMARKS.md); this is an unoptimised build that makes a TLS handshake on a machine
+    // busy with other builds (`scripts/stress-tests`), where 100 ms was seen exceeded.
     let arrivals = server.arrivals();
     for (k, at) in written.iter().enumerate() {
         let fingerprint = issued[k + 1].fingerprint();
@@ -236,7 +238,7 @@ async fn rotations_under_load(writer: Writer, ca: Ca, first: Issued) {
             .expect("a request with each new certificate");
         let after = first.at.saturating_duration_since(*at);
         assert!(
-            after < Duration::from_millis(100),
+            after < Duration::from_secs(1),
             "rotation {k}: {after:?}"
         );
     }
