@@ -335,6 +335,7 @@ impl Drop for Unfinished {
 #[cfg(test)]
 impl Flight {
     /// Marks a read as running, or none, as the read task does (tests of what waits).
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn pretend_running(&mut self, running: bool) {
         let ask = Ask {
             trigger: Trigger::Call,

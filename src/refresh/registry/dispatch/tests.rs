@@ -252,6 +252,13 @@ fn without_a_read_on_the_spot_the_loop_reads_for_each_event() {
     );
     assert_eq!(plain.events(), 2);
     assert!(!plain.answered() && woken(&plain));
+    // An event for the whole directory, the same way.
+    dispatch(
+        &table,
+        1,
+        ev_dir(EventKind::Remove(notify::event::RemoveKind::Folder), "/w/a"),
+    );
+    assert!(!plain.answered() && woken(&plain));
 }
 
 fn ev_dir(kind: EventKind, path: &str) -> notify::Result<Event> {
