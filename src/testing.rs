@@ -140,7 +140,7 @@ impl ProjectedTokenDir {
             let visible = self.dir.join(name);
             match fs::read_link(&visible) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    symlink_file(&Path::new(DATA_DIR).join(name), &visible)?;
+                    symlink_file(Path::new(DATA_DIR).join(name), &visible)?;
                 }
                 Err(e) => return Err(e),
                 Ok(_) => {}
@@ -251,7 +251,7 @@ use std::os::unix::fs::{symlink as symlink_file, symlink as symlink_dir};
 use std::os::windows::fs::{symlink_dir, symlink_file};
 
 #[cfg(not(any(unix, windows)))]
-fn symlink_file(_: &Path, _: &Path) -> io::Result<()> {
+fn symlink_file(_: impl AsRef<Path>, _: impl AsRef<Path>) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "ProjectedTokenDir needs symlinks",
