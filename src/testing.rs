@@ -225,9 +225,9 @@ fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Creates a directory only its owner may enter (mode 0700, on Unix).
 fn create_private_dir(path: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
+    let builder = &mut fs::DirBuilder::new();
     #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    std::os::unix::fs::DirBuilderExt::mode(builder, 0o700);
     builder.create(path)
 }
 
