@@ -63,6 +63,20 @@
 //!   `UNAUTHENTICATED`), [`body`] makes request bodies replayable (and shows the tonic
 //!   stack).
 //!
+//! # Platforms
+//!
+//! Linux, macOS and Windows, each with its native file watcher (inotify, FSEvents,
+//! `ReadDirectoryChangesW`). Two things differ:
+//! - On Linux, a token file on a local filesystem (a projected volume's tmpfs, a local
+//!   disk) is read on the watcher's own thread as its change is reported, with system
+//!   calls that cannot block ([`FileSource`](source::FileSource)); other systems read it on
+//!   tokio's blocking pool under the store's time limit, as Linux does for any other file.
+//!   A Linux build takes that portable path too under
+//!   `RUSTFLAGS='--cfg bearer_reload_portable'`, which is how it is tested.
+//! - An [`ExecSource`](source::ExecSource) plugin that times out is killed with its whole
+//!   process group on Unix; on Windows only the plugin process itself is killed, and what
+//!   it started may keep running.
+//!
 //! # Feature flags
 //!
 //! The core needs none of them.

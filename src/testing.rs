@@ -22,10 +22,16 @@
 //! assert_eq!(store.current().header_value(), "Bearer second");
 //! # Ok(()) }
 //! ```
+//!
+//! On Windows the writer follows the kubelet's Windows branch: `..data` is removed and
+//! linked again rather than renamed over (Windows cannot rename a directory link over
+//! another), so a reader may briefly find no `..data`; files and directories get no Unix
+//! mode; and creating symlinks needs Developer Mode or the `SeCreateSymbolicLinkPrivilege`.
+//! Other non-Unix systems have no symlinks here: [`ProjectedTokenDir`] returns
+//! [`io::ErrorKind::Unsupported`].
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -127,24 +133,14 @@ impl ProjectedTokenDir {
         let ts_name = ts_dir.file_name().expect("a file name").to_owned();
 
         for (name, bytes) in files {
-            let file = ts_dir.join(name);
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .open(&file)?;
-            f.write_all(bytes)?;
-            drop(f);
-            // The mode must not depend on the umask.
-            fs::set_permissions(&file, fs::Permissions::from_mode(0o644))?;
+            write_file(&ts_dir.join(name), bytes)?;
         }
 
         for (name, _) in files {
             let visible = self.dir.join(name);
             match fs::read_link(&visible) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    symlink(Path::new(DATA_DIR).join(name), &visible)?;
+                    symlink_file(Path::new(DATA_DIR).join(name), &visible)?;
                 }
                 Err(e) => return Err(e),
                 Ok(_) => {}
@@ -152,12 +148,12 @@ impl ProjectedTokenDir {
         }
 
         let new_data_dir = self.dir.join(NEW_DATA_DIR);
-        if let Err(e) = symlink(&ts_name, &new_data_dir) {
+        if let Err(e) = symlink_dir(Path::new(&ts_name), &new_data_dir) {
             let _ = fs::remove_dir_all(&ts_dir);
             return Err(e);
         }
         let renamed_at = Instant::now();
-        if let Err(e) = fs::rename(&new_data_dir, &data_dir) {
+        if let Err(e) = switch(&new_data_dir, &data_dir, Path::new(&ts_name)) {
             let _ = fs::remove_file(&new_data_dir);
             let _ = fs::remove_dir_all(&ts_dir);
             return Err(e);
@@ -203,9 +199,9 @@ impl ProjectedTokenDir {
             let suffix = (nanos + taken) % 1_000_000_000;
             taken += 1;
             let path = self.dir.join(format!("{prefix}{suffix:09}"));
-            match fs::DirBuilder::new().mode(0o700).create(&path) {
+            match create_private_dir(&path) {
                 Ok(()) => {
-                    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+                    set_mode(&path, 0o755)?;
                     return Ok(path);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -213,6 +209,74 @@ impl ProjectedTokenDir {
             }
         }
     }
+}
+
+/// Writes a projected file, mode 0644 whatever the umask (on Unix).
+fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o644);
+    let mut f = options.open(path)?;
+    f.write_all(bytes)?;
+    drop(f);
+    set_mode(path, 0o644)
+}
+
+/// Creates a directory only its owner may enter (mode 0700, on Unix).
+fn create_private_dir(path: &Path) -> io::Result<()> {
+    let builder = &mut fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(builder, 0o700);
+    builder.create(path)
+}
+
+/// Sets a Unix mode.
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+/// Elsewhere files have no Unix mode.
+#[cfg(not(unix))]
+fn set_mode(_: &Path, _: u32) -> io::Result<()> {
+    Ok(())
+}
+
+// Windows tells a link to a file from a link to a directory; Unix does not.
+#[cfg(unix)]
+use std::os::unix::fs::{symlink as symlink_file, symlink as symlink_dir};
+#[cfg(windows)]
+use std::os::windows::fs::{symlink_dir, symlink_file};
+
+#[cfg(not(any(unix, windows)))]
+fn symlink_file(_: impl AsRef<Path>, _: impl AsRef<Path>) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "ProjectedTokenDir needs symlinks",
+    ))
+}
+
+#[cfg(not(any(unix, windows)))]
+use symlink_file as symlink_dir;
+
+/// Points `data_dir` at `target`: the rename of `new_data_dir` over it, atomic, on Unix.
+#[cfg(not(windows))]
+fn switch(new_data_dir: &Path, data_dir: &Path, _target: &Path) -> io::Result<()> {
+    fs::rename(new_data_dir, data_dir)
+}
+
+/// Points `data_dir` at `target` as the kubelet does on Windows, which cannot rename a
+/// directory link over another: remove it, link it again, remove `new_data_dir`.
+#[cfg(windows)]
+fn switch(new_data_dir: &Path, data_dir: &Path, target: &Path) -> io::Result<()> {
+    match fs::remove_dir(data_dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    symlink_dir(target, data_dir)?;
+    fs::remove_dir(new_data_dir)
 }
 
 /// A projected file's name must be one plain file name that does not start with `..`.
@@ -286,17 +350,22 @@ mod tests {
             );
             assert_eq!(vol.data_dir().unwrap(), vol.dir().join(&names[0]));
             assert_eq!(fs::read(vol.token_path()).unwrap(), token.as_bytes());
-            let ts_meta = fs::metadata(vol.dir().join(&names[0])).unwrap();
-            assert_eq!(ts_meta.permissions().mode() & 0o777, 0o755);
             let file_meta = fs::symlink_metadata(vol.dir().join(&names[0]).join("token")).unwrap();
             assert!(file_meta.is_file());
-            assert_eq!(file_meta.permissions().mode() & 0o777, 0o644);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let ts_meta = fs::metadata(vol.dir().join(&names[0])).unwrap();
+                assert_eq!(ts_meta.permissions().mode() & 0o777, 0o755);
+                assert_eq!(file_meta.permissions().mode() & 0o777, 0o644);
+            }
             assert_eq!(entries(&vol.dir().join(&names[0])), ["token"]);
             assert!(!seen.contains(&names[0]), "a new directory each time");
             seen.push(names[0].clone());
         }
     }
 
+    #[cfg(unix)]
     #[test]
     fn the_visible_symlink_is_created_once() {
         use std::os::unix::fs::MetadataExt;

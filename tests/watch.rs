@@ -226,7 +226,10 @@ async fn watching_off_is_off() {
 
 /// A file on a local filesystem is read on the watcher's own thread when it changes: the
 /// rotation reaches the store with no tokio task run at all (the runtime that built it is
-/// not driven meanwhile), where a read through the store's task would wait for it.
+/// not driven meanwhile), where a read through the store's task would wait for it. Linux's
+/// fast path only: [`a_rotation_waits_for_the_stores_runtime_off_the_fast_path`] is the
+/// portable path's counterpart.
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 #[test]
 fn a_rotation_reaches_the_store_while_its_runtime_runs_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -261,7 +264,8 @@ fn a_rotation_reaches_the_store_while_its_runtime_runs_nothing() {
 
 /// A link re-pointed to another directory is read at once on the watcher's thread, before
 /// the store's loop has watched that directory. What is written there before the loop
-/// watches it sends no event: the loop reads again once it does.
+/// watches it sends no event: the loop reads again once it does. Linux's fast path only.
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 #[test]
 fn a_new_target_is_read_again_once_its_directory_is_watched() {
     let tmp = tempfile::tempdir().unwrap();
@@ -292,4 +296,33 @@ fn a_new_target_is_read_again_once_its_directory_is_watched() {
     // `idle` has run nothing since: the store's loop has not watched `b` yet.
     rename_over(root.join("b/token"), "b-two").unwrap();
     idle.block_on(wait_for_token(&store, "b-two"));
+}
+
+/// Off Linux (and under `--cfg bearer_reload_portable`) a change is read on the blocking
+/// pool, by the store's own task: while the store's runtime runs nothing, the event leaves
+/// the store as it was, and the rotation arrives once that runtime runs. A second store of
+/// the same file, on a runtime that runs, shows that the event came.
+#[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
+#[test]
+fn a_rotation_waits_for_the_stores_runtime_off_the_fast_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (idle, waiter) = (runtime(), runtime());
+    let store = idle.block_on(watched(&volume.token_path()));
+    let witness = waiter.block_on(watched(&volume.token_path()));
+    let reads = store.status().reads;
+
+    volume.rotate("two").unwrap();
+    waiter.block_on(wait_for_token(&witness, "two"));
+    // The watcher's thread woke both stores' loops and read neither file itself.
+    assert_eq!(store.current().header_value(), "Bearer one");
+    assert_eq!(store.status().reads, reads);
+    idle.block_on(wait_for_token(&store, "two"));
+    assert!(store.status().reads > reads);
 }

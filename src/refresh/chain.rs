@@ -192,5 +192,6 @@ pub(crate) fn is_writer_internal(name: &OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b"..")
 }
 
-#[cfg(test)]
+// The tests make symlinks the Unix way.
+#[cfg(all(test, unix))]
 mod tests;

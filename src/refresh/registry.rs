@@ -43,7 +43,9 @@ mod subscriber;
 mod table;
 
 use dispatch::dispatch;
-pub(super) use signal::{ReadNow, Signal};
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+pub(super) use signal::ReadNow;
+pub(super) use signal::Signal;
 pub(super) use subscriber::Subscriber;
 use table::{Dir, Table, identity, lost_reason, mark_lost};
 

@@ -11,12 +11,13 @@
 //! temporary file's are for another name) cost one read: those that came before the read
 //! started are answered by it.
 //!
-//! A file on a local filesystem is read before that, as the event comes, on the
+//! On Linux, a file on a local filesystem is read before that, as the event comes, on the
 //! watcher's own thread ([`FileSource`](crate::source::FileSource) explains how that read
 //! cannot block): no tokio task, no blocking thread between the kernel's event and the new
 //! token. The loop then finds the event answered and reads nothing; it still follows the
 //! chain. Whatever that read cannot do (another source, a network mount, a failed read)
-//! is left to the loop's read, with its time limit and retries. A read that fails right after an event (a half-written file) is retried
+//! is left to the loop's read, with its time limit and retries. Other systems (and a Linux
+//! build with `--cfg bearer_reload_portable`) leave every read to the loop. A read that fails right after an event (a half-written file) is retried
 //! after 10, 50 and 250 ms, or sooner on the next event, and only the last failure is
 //! reported. Reads of the stores of one directory go through its
 //! [`read_limit`](super::registry::Registry::read_limit), a few at a time, so an event that
@@ -37,7 +38,9 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::chain::{ChainError, Start};
-use super::registry::{GLOBAL, ReadNow, Registry, Signal, Subscriber};
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+use super::registry::ReadNow;
+use super::registry::{GLOBAL, Registry, Signal, Subscriber};
 use crate::source::Trigger;
 use crate::store::{OnFailure, Recency, WatchState, WeakStore};
 use crate::sync::lock;
@@ -101,7 +104,7 @@ fn watch_part(
     let mut watcher = Watcher {
         // Replaced by the directory's own once subscribed.
         reads: Arc::new(Semaphore::new(1)),
-        sub: Subscriber::new(registry, Signal::reading(read_now(handle.clone()))),
+        sub: Subscriber::new(registry, signal(&handle)),
         store: handle,
         start,
         seen: HashMap::new(),
@@ -115,9 +118,19 @@ fn watch_part(
     watcher.run()
 }
 
-/// Reads the store's file on the event's thread, when its source can without blocking.
-fn read_now(store: WeakStore) -> ReadNow {
-    Box::new(move || store.read_now(Trigger::Watch))
+/// The store's signal: on Linux it reads the store's file on the event's thread, when its
+/// source can without blocking.
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+fn signal(store: &WeakStore) -> Signal {
+    let store = store.clone();
+    let read: ReadNow = Box::new(move || store.read_now(Trigger::Watch));
+    Signal::reading(read)
+}
+
+/// The store's signal: every read is the loop's, on the blocking pool.
+#[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
+fn signal(_: &WeakStore) -> Signal {
+    Signal::default()
 }
 
 /// Runs every loop until all have ended.

@@ -9,10 +9,11 @@
 //!
 //! The store built on it does the rest:
 //! - the plugin runs in a child process (`tokio::process`, no worker blocked), never twice
-//!   at once, with a time limit (60 s by default for this source); a plugin that does not
-//!   share the terminal runs in a process group of its own, and a run that goes over the
-//!   limit (or fails) ends with the whole group killed, so that a wrapper's children
-//!   (`sh -c 'helper & wait'`) do not outlive it;
+//!   at once, with a time limit (60 s by default for this source); a run that goes over
+//!   the limit (or fails) ends with the plugin killed. On Unix a plugin that does not
+//!   share the terminal runs in a process group of its own, killed whole, so that a
+//!   wrapper's children (`sh -c 'helper & wait'`) do not outlive it; on Windows only the
+//!   plugin process itself is killed, and processes it started may keep running;
 //! - a credential with an expiry is fetched again before it expires, by a tenth of its
 //!   lifetime (at least a minute, at most half of it) less a per-token jitter; one without
 //!   an expiry is kept until a server refuses it;
@@ -117,6 +118,10 @@ pub(crate) enum InteractiveMode {
 ///
 /// Built by hand with [`ExecSource::new`] and its setters, or (feature `kube`) from a
 /// kubeconfig's `ExecConfig` with `ExecSource::try_from(&exec)`.
+///
+/// A plugin that times out is killed: on Unix with its whole process group (unless it
+/// shares the terminal, where it stays in the terminal's group so that it may prompt), on
+/// Windows only the plugin process itself, not the processes it started.
 #[derive(Clone)]
 pub struct ExecSource {
     command: PathBuf,

@@ -1,5 +1,6 @@
 //! [`FileSource`]: a token file on disk.
 
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -7,8 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{FetchContext, Fetched, TokenSource};
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 use now::LocalDir;
 
+// The fast path: Linux only, and not under `--cfg bearer_reload_portable`, which makes a
+// Linux build take the path every other system takes (the blocking read), to test it.
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 mod now;
 
 /// Why a token file could not be read. The store's [`LoadError`](crate::LoadError) that
@@ -71,10 +76,10 @@ pub enum FileError {
 /// Reads run on tokio's blocking pool, at most one at a time: the store's time limit
 /// gives up on a read that hangs, and until that read returns, later fetches fail at once
 /// with [`FileError::Stuck`] rather than leaving one more blocking thread behind each.
-/// When the watcher reports a change to a file on a local filesystem (a projected
-/// volume's tmpfs, a local disk), the store reads it at once on the watcher's thread
-/// instead, with calls the kernel promises not to block, and falls back to the pool for
-/// anything else.
+/// On Linux, when the watcher reports a change to a file on a local filesystem (a
+/// projected volume's tmpfs, a local disk), the store reads it at once on the watcher's
+/// thread instead, with calls the kernel promises not to block, and falls back to the pool
+/// for anything else. Other systems always read on the pool.
 /// Reads stop one byte past the store's size cap; a regular file over the cap is refused
 /// from its length, without reading it.
 #[derive(Debug, Clone)]
@@ -84,6 +89,7 @@ pub struct FileSource {
     busy: Arc<Mutex<Option<Instant>>>,
     /// The file's directory as the last blocking read found it: on a local filesystem, so
     /// that a change can be read at once on the watcher's thread ([`now`]).
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     local: Arc<Mutex<Option<LocalDir>>>,
 }
 
@@ -93,11 +99,13 @@ impl FileSource {
         Self {
             path: path.into(),
             busy: Arc::default(),
+            #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
             local: Arc::default(),
         }
     }
 
     /// The file's directory and name, as the path gives them.
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     fn split(&self) -> Option<(&Path, &OsStr)> {
         let name = self.path.file_name()?;
         let dir = match self.path.parent() {
@@ -110,6 +118,7 @@ impl FileSource {
     /// Reads the file on the calling thread when the kernel promises that cannot block (see
     /// [`now`]): `None` when it does not, or the read fails, or a blocking read is still
     /// running; the caller then reads the usual way. Never blocks.
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn read_now(&self, max_size: usize) -> Option<Vec<u8>> {
         let local = (*crate::sync::lock(&self.local))?;
         if crate::sync::lock(&self.busy).is_some() {
@@ -145,13 +154,19 @@ impl TokenSource for FileSource {
         }
         let idle = Idle(self.busy.clone());
         let path = self.path.clone();
-        let dir = self.split().map(|(dir, _)| dir.to_owned());
-        let local = self.local.clone();
+        #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+        let (dir, local) = (
+            self.split().map(|(dir, _)| dir.to_owned()),
+            self.local.clone(),
+        );
         let read = tokio::task::spawn_blocking(move || {
             let _idle = idle;
             let bytes = read_file(&path, cx.max_size())?;
             // Checked after each good read: a link re-pointed, a volume mounted over.
-            *crate::sync::lock(&local) = dir.as_deref().and_then(LocalDir::check);
+            #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+            {
+                *crate::sync::lock(&local) = dir.as_deref().and_then(LocalDir::check);
+            }
             Ok(bytes)
         });
         match read.await {

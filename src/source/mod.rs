@@ -327,7 +327,9 @@ pub(crate) trait DynSource: Send + Sync + 'static {
 
     /// The source's bytes, read on the calling thread when that cannot block (a
     /// [`FileSource`] on a local filesystem); `None` for every other source, and whenever
-    /// the read could block or fails: the caller then fetches the usual way.
+    /// the read could block or fails: the caller then fetches the usual way. Linux only
+    /// (the portable path has no such read).
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     fn read_now(&self, max_size: usize) -> Option<Fetched>;
 }
 
@@ -337,6 +339,7 @@ impl<S: TokenSource> DynSource for S {
         Box::pin(async move { fetch.await.map_err(Into::into) })
     }
 
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     fn read_now(&self, max_size: usize) -> Option<Fetched> {
         let file = (self as &dyn std::any::Any).downcast_ref::<FileSource>()?;
         file.read_now(max_size).map(Fetched::new)

@@ -162,6 +162,7 @@ impl Shared {
     /// the result as a read of the store's own would. Returns whether the source's token
     /// is now the store's (installed, or unchanged): `false` when nothing was read, or the
     /// read failed (quietly: the caller's usual read follows, with its retries).
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn read_now(self: &Arc<Self>, trigger: Trigger) -> bool {
         let before = {
             let flight = lock(&self.flight);
@@ -334,6 +335,7 @@ impl Drop for Unfinished {
 #[cfg(test)]
 impl Flight {
     /// Marks a read as running, or none, as the read task does (tests of what waits).
+    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn pretend_running(&mut self, running: bool) {
         let ask = Ask {
             trigger: Trigger::Call,

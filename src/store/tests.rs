@@ -649,6 +649,7 @@ async fn a_handle_shows_its_source_while_the_store_lives() {
     assert_eq!(format!("{handle:?}"), "WeakStore { source: None }");
 }
 
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 #[tokio::test]
 async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
     let dir = tempfile::tempdir().unwrap();

@@ -112,11 +112,31 @@ pub(super) fn mark_lost(dir: &Path, d: &mut Dir) {
     d.failure = Some(lost_reason(dir));
 }
 
-/// Device and inode of a directory, or `None` when there is no directory at `dir`.
+/// What tells a directory from another made at the same path, or `None` when there is no
+/// directory at `dir`.
 pub(super) fn identity(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
     std::fs::metadata(dir)
         .ok()
         .filter(|m| m.is_dir())
-        .map(|m| (m.dev(), m.ino()))
+        .map(|m| file_id(&m))
+}
+
+/// Device and inode.
+#[cfg(unix)]
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+/// The creation time: std has no stable file id elsewhere (Windows' is unstable). A
+/// directory made again within seconds may get its old creation time back (NTFS name
+/// tunnelling): then only the timer notices the swap.
+#[cfg(not(unix))]
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    let created = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    (0, created)
 }

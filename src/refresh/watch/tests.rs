@@ -276,11 +276,13 @@ impl Scripted {
 }
 
 /// One event for `path`: its mode changed (a write would make several).
+#[cfg(unix)]
 fn one_event(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+#[cfg(unix)]
 #[tokio::test]
 async fn a_read_that_fails_after_an_event_is_retried_quietly_then_reported_once() {
     let registry = Registry::new(VERIFY_EVERY, notify_factory());
@@ -337,4 +339,5 @@ async fn a_read_that_fails_after_an_event_is_retried_quietly_then_reported_once(
 }
 
 mod routing;
+#[cfg(unix)]
 mod symlinks;

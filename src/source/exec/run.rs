@@ -3,11 +3,13 @@
 //!
 //! Everything here is asynchronous (`tokio::process`): no worker is blocked while a plugin
 //! runs, and when the store drops a run that took too long, the child is dropped with it
-//! and killed (`kill_on_drop`). A plugin that does not share the terminal runs in a process
-//! group of its own, killed whole when the run ends before the plugin does (a time limit,
-//! an oversize output, a read error): a wrapper script's children (`sh -c 'helper &
-//! wait'`), which `kill_on_drop` alone would leave running, go with it. A plugin that
-//! shares the terminal stays in the terminal's foreground group, so that it may prompt.
+//! and killed (`kill_on_drop`). On Unix, a plugin that does not share the terminal runs in
+//! a process group of its own, killed whole when the run ends before the plugin does (a
+//! time limit, an oversize output, a read error): a wrapper script's children (`sh -c
+//! 'helper & wait'`), which `kill_on_drop` alone would leave running, go with it. A plugin
+//! that shares the terminal stays in the terminal's foreground group, so that it may
+//! prompt. Other systems (Windows) have no process group to kill without unsafe code (a
+//! job object): there `kill_on_drop` ends the plugin itself, and its children live on.
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
@@ -50,11 +52,12 @@ pub(super) async fn run(
     cmd.stdout(Stdio::piped()).kill_on_drop(true);
     match terminal {
         Terminal::Shared => cmd.stdin(Stdio::inherit()).stderr(Stdio::inherit()),
-        Terminal::Detached => cmd
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0),
+        Terminal::Detached => cmd.stdin(Stdio::null()).stderr(Stdio::piped()),
     };
+    #[cfg(unix)]
+    if terminal == Terminal::Detached {
+        cmd.process_group(0);
+    }
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         io::ErrorKind::NotFound => ExecError::NotFound {
             command: command.to_owned(),
@@ -66,6 +69,7 @@ pub(super) async fn run(
         },
     })?;
     // The group's id is the child's pid (`process_group(0)`).
+    #[cfg(unix)]
     let mut group = Group(match terminal {
         Terminal::Detached => child.id(),
         Terminal::Shared => None,
@@ -92,7 +96,10 @@ pub(super) async fn run(
     let status = child.wait().await.map_err(io_error)?;
     // The plugin exited and its output is closed: what it left running (a daemon that
     // closed its output) is its own business.
-    group.0 = None;
+    #[cfg(unix)]
+    {
+        group.0 = None;
+    }
     Ok(Exited {
         status,
         stdout,
@@ -101,8 +108,10 @@ pub(super) async fn run(
 }
 
 /// A plugin's process group, killed when dropped unless the run finished.
+#[cfg(unix)]
 struct Group(Option<u32>);
 
+#[cfg(unix)]
 impl Drop for Group {
     fn drop(&mut self) {
         let Some(pgid) = self.0.and_then(|id| i32::try_from(id).ok()) else {

@@ -152,3 +152,6 @@ fn cached_stat(fd: &OwnedFd) -> Option<rustix::fs::Statx> {
     )
     .ok()
 }
+
+#[cfg(test)]
+mod tests;

@@ -48,6 +48,7 @@ async fn a_rotation_reads_the_rotated_files_store_only_and_once() {
     }
 }
 
+#[cfg(unix)]
 #[tokio::test]
 async fn an_event_for_the_whole_directory_reads_each_file_once_a_few_at_a_time() {
     use std::os::unix::fs::PermissionsExt;
