@@ -88,9 +88,7 @@ mod tests {
             .load()
             .await
             .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("no rustls crypto provider"),
-            "{err:#}"
-        );
+        let chain = crate::store::Chain(&err).to_string();
+        assert!(chain.contains("no rustls crypto provider"), "{chain}");
     }
 }
