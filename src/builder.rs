@@ -10,7 +10,6 @@ use crate::clock::Clock;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource};
 use crate::store::{Config, Credential, LoadError, Start, TokenStore};
-use crate::token::DEFAULT_MAX_SIZE;
 
 /// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`]. With feature `tls`,
 /// the same builder, with the same options, builds the stores of a client certificate and
@@ -40,7 +39,8 @@ use crate::token::DEFAULT_MAX_SIZE;
 ///
 /// By default a file (or a closure) is read again every 60 seconds, and a file on every
 /// change in its directory; a source that says when its tokens expire is fetched again
-/// before they do; tokens up to 64 KiB are accepted; a fetch may take 10 s (60 s for an
+/// before they do; tokens up to 64 KiB are accepted (a client certificate's PEM up to 1 MiB,
+/// a CA bundle up to 16 MiB); a fetch may take 10 s (60 s for an
 /// exec plugin); and 401s to one token trigger at most one fetch a second.
 pub struct StoreBuilder<S = TokenStore> {
     source: Arc<dyn DynSource>,
@@ -106,7 +106,7 @@ impl<S> StoreBuilder<S> {
             finish,
             refresh_interval: None,
             watch: true,
-            max_size: DEFAULT_MAX_SIZE,
+            max_size: credential.default_max_size(),
             unauthorized_interval: Duration::from_secs(1),
             fetch_timeout: None,
             name: None,
@@ -136,7 +136,8 @@ impl<S> StoreBuilder<S> {
     }
 
     /// The largest token accepted, in bytes (default 64 KiB); for a certificate or a CA
-    /// bundle, the largest PEM file. A file is refused from its length, or after reading
+    /// bundle, the largest PEM file (default 1 MiB for a client certificate and its key,
+    /// 16 MiB for a CA bundle). A file is refused from its length, or after reading
     /// at most `max_size + 1` bytes.
     pub fn max_size(mut self, max_size: usize) -> Self {
         self.max_size = max_size;

@@ -83,12 +83,13 @@
 //!
 //! | feature | module | what it adds |
 //! |---|---|---|
-//! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, rustls + ring); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
+//! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, with the TLS your own kube dependency turns on); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
 //! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
 //! | `tls` | [`tls`] | client certificates ([`tls::IdentityStore`]) and CA bundles ([`tls::RootStore`]) that rotate, a rustls resolver and verifier over them, and [`tls::HttpsClient`], which retires its connections on rotation; certificate users in [`kube::Credentials`] |
 //! | `oauth2` | [`oauth2`] | OAuth 2.0 service tokens: the client-credentials grant and token exchange as sources |
 //! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
 //! | `testing` | [`testing`] | a kubelet-faithful token writer for your own tests; [`StoreBuilder::simulated_clock`] |
+//! | `ring` (default), `aws-lc-rs` | | rustls's crypto provider for `tls`, unless the application installed a process default ([TLS providers]) |
 //!
 //! # Where the layer goes
 //!
@@ -149,8 +150,9 @@
 #![cfg_attr(not(feature = "metrics"), doc = "[`metrics`]: #feature-flags")]
 #![cfg_attr(
     not(feature = "tls"),
-    doc = "[`tls`]: #feature-flags\n[`tls::IdentityStore`]: #feature-flags\n[`tls::RootStore`]: #feature-flags\n[`tls::HttpsClient`]: #feature-flags"
+    doc = "[`tls`]: #feature-flags\n[`tls::IdentityStore`]: #feature-flags\n[`tls::RootStore`]: #feature-flags\n[`tls::HttpsClient`]: #feature-flags\n[TLS providers]: #feature-flags"
 )]
+#![cfg_attr(feature = "tls", doc = "[TLS providers]: tls#tls-providers")]
 #![cfg_attr(not(feature = "oauth2"), doc = "[`oauth2`]: #feature-flags")]
 #![cfg_attr(
     not(feature = "testing"),

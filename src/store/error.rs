@@ -102,6 +102,19 @@ pub(crate) enum Credential {
     CaBundle,
 }
 
+impl Credential {
+    /// The default cap on what a source gives: 64 KiB for a token; 1 MiB for a client
+    /// certificate (a chain with intermediates, and its key); 16 MiB for a CA bundle (a
+    /// system bundle is about 220 KB, a corporate one with intermediates passes 1 MB).
+    pub(crate) fn default_max_size(self) -> usize {
+        match self {
+            Credential::Token => crate::token::DEFAULT_MAX_SIZE,
+            Credential::ClientCertificate => 1024 * 1024,
+            Credential::CaBundle => 16 * 1024 * 1024,
+        }
+    }
+}
+
 impl fmt::Display for Credential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -360,6 +360,7 @@ impl TokenStore {
             retries: get(&c.retries),
             retries_succeeded: get(&c.retries_succeeded),
             stalled_since: s.expiry.stalled_since(&current),
+            skipped_certificates: 0,
         }
     }
 

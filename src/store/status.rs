@@ -93,6 +93,9 @@ pub struct Status {
     /// Cleared when a new token is installed. Logged once per token; with the `metrics`
     /// feature, the gauge `bearer_reload_rotation_stalled`.
     pub stalled_since: Option<SystemTime>,
+    /// Certificates of the current CA bundle left out because they cannot be used (each
+    /// warned about, with its place in the bundle, when read); 0 for any other credential.
+    pub skipped_certificates: u64,
 }
 
 /// How a retry went, for the counters.

@@ -25,8 +25,8 @@ pub enum CertificateError {
     /// No private key section (`PRIVATE KEY`, `RSA PRIVATE KEY`, `EC PRIVATE KEY`).
     #[error("no private key in the PEM")]
     NoKey,
-    /// The key's type is not one rustls (ring) can sign with: RSA of at least 2048 bits,
-    /// ECDSA P-256 or P-384, Ed25519.
+    /// The key's type is not one the crypto provider can sign with (with ring or aws-lc-rs:
+    /// RSA of at least 2048 bits, ECDSA P-256 or P-384, Ed25519).
     #[error("the private key is of an unsupported type")]
     UnsupportedKey,
     /// The private key is not the certificate's: read in the middle of a rotation (a new
@@ -39,6 +39,13 @@ pub enum CertificateError {
         /// Its `notAfter`.
         not_after: SystemTime,
     },
+    /// No rustls crypto provider to verify or sign with: this build enables neither
+    /// feature `ring` nor `aws-lc-rs`, and the application installed no process default.
+    #[error(
+        "no rustls crypto provider: enable feature `ring` or `aws-lc-rs` of bearer-reload, \
+         or install a process default (`CryptoProvider::install_default`)"
+    )]
+    NoCryptoProvider,
     /// A certificate that does not parse as X.509, or that rustls refuses as a root.
     #[error("a certificate is invalid: {reason}")]
     Invalid {

@@ -71,7 +71,7 @@ impl Parse for Identity {
             }
             Err(e) => return Err(e.into()),
         };
-        let signer = rustls::crypto::ring::default_provider()
+        let signer = super::provider::provider()?
             .key_provider
             .load_private_key(key)
             .map_err(|_| CertificateError::UnsupportedKey)?;
@@ -96,6 +96,7 @@ impl Parse for Identity {
             },
             digest,
             expires_at: Some(not_after),
+            skipped: Vec::new(),
         })
     }
 }

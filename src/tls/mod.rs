@@ -48,6 +48,21 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # TLS providers
+//!
+//! No crypto provider is forced on the application. Each identity and CA bundle read, and
+//! so each [`RootStore::client_config`] and [`HttpsClient`], takes rustls's provider in this
+//! order:
+//!
+//! 1. the process default the application installed
+//!    (`rustls::crypto::CryptoProvider::install_default`), when there is one;
+//! 2. else the provider of this crate's feature: `ring` (on by default), else `aws-lc-rs`;
+//! 3. else none: the store does not load, with
+//!    [`CertificateError::NoCryptoProvider`] (never a panic).
+//!
+//! An application on aws-lc-rs turns off the default features and enables `aws-lc-rs`, or
+//! installs its provider as the process default before loading the stores.
+//!
 //! # Connections retired on rotation
 //!
 //! A TLS connection keeps the identity it was made with: rotating the resolver's answer
@@ -85,6 +100,7 @@ mod client;
 mod connect;
 mod error;
 mod identity;
+mod provider;
 mod refusal;
 mod roots;
 mod source;

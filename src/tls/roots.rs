@@ -8,10 +8,13 @@ use std::time::SystemTime;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
-use rustls::{DigitallySignedStruct, Error as TlsError, RootCertStore, SignatureScheme};
+use rustls::{
+    ClientConfig, ConfigBuilder, DigitallySignedStruct, Error as TlsError, RootCertStore,
+    SignatureScheme, WantsVerifier,
+};
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, digest};
+use super::source::{Parse, Parsed, Skipped, digest};
 use super::watched::Watched;
 use super::{Certificate, CertificateError, IdentityStore};
 use crate::builder::StoreBuilder;
@@ -19,10 +22,14 @@ use crate::source::TokenSource;
 use crate::store::{Credential, LoadError, Status, TokenStore};
 use crate::token::AttachedValue;
 
-/// A parsed CA bundle: rustls's verifier over it, and the authorities' facts.
+/// A parsed CA bundle: rustls's verifier over it, the authorities' facts, and the start of
+/// a client configuration on the provider they were checked with.
 pub(crate) struct Roots {
     verifier: Arc<WebPkiServerVerifier>,
     certificates: Vec<Certificate>,
+    /// Certificates of the bundle skipped as unusable.
+    skipped: u64,
+    config: ConfigBuilder<ClientConfig, WantsVerifier>,
 }
 
 impl fmt::Display for Roots {
@@ -54,24 +61,46 @@ impl Parse for Roots {
 
     /// Every certificate of the PEM, each a trust anchor. Authorities that have expired
     /// stay in (a system bundle holds some; rustls ignores them), and give no expiry: the
-    /// bundle is read again on each change and by the timer.
+    /// bundle is read again on each change and by the timer. A certificate that does not
+    /// parse, or that rustls cannot use as an anchor, is skipped (as rustls's own
+    /// `add_parsable_certificates` does with a system bundle), once the whole PEM has
+    /// parsed: a cut-short file is refused whole, and so is a bundle with nothing usable.
     fn parse(pem: &[u8], _now: SystemTime) -> Result<Parsed<Self>, CertificateError> {
-        let certs = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
-        if certs.is_empty() {
+        let ders = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
+        if ders.is_empty() {
             return Err(CertificateError::NoCertificate);
         }
-        let certificates = certs
-            .iter()
-            .map(Certificate::from_der)
-            .collect::<Result<Vec<_>, _>>()?;
-        let digest = digest(certs.iter().map(|c| c.as_ref()));
+        let provider = super::provider::provider()?;
         let mut roots = RootCertStore::empty();
-        for cert in certs {
-            roots.add(cert).map_err(|e| CertificateError::Invalid {
-                reason: e.to_string(),
-            })?;
+        let (mut certificates, mut used, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, der) in ders.into_iter().enumerate() {
+            let info = Certificate::from_der(&der);
+            let added = roots
+                .add(der.clone())
+                .map_err(|e| CertificateError::Invalid {
+                    reason: e.to_string(),
+                });
+            match (info, added) {
+                (Ok(info), Ok(())) => {
+                    certificates.push(info);
+                    used.push(der);
+                }
+                (info, added) => skipped.push(Skipped {
+                    position: i + 1,
+                    subject: info.as_ref().ok().map(|c| c.subject.clone()),
+                    error: added.and(info.map(drop)).unwrap_err(),
+                }),
+            }
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        if certificates.is_empty() {
+            return Err(skipped.swap_remove(0).error);
+        }
+        let digest = digest(used.iter().map(|c| c.as_ref()));
+        let config = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| CertificateError::Invalid {
+                reason: format!("the crypto provider: {e}"),
+            })?;
         let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| CertificateError::Invalid {
@@ -81,9 +110,12 @@ impl Parse for Roots {
             value: Roots {
                 verifier,
                 certificates,
+                skipped: skipped.len() as u64,
+                config,
             },
             digest,
             expires_at: None,
+            skipped,
         })
     }
 }
@@ -113,7 +145,7 @@ impl Parse for Roots {
 /// let roots = RootStore::builder(FileSource::new(&path)).load().await?;
 /// assert_eq!(roots.certificates().len(), 1);
 /// let config = rustls::ClientConfig::builder_with_provider(
-///     rustls::crypto::ring::default_provider().into(),
+///     rustls::crypto::ring::default_provider().into(), // or the provider of your choice
 /// )
 /// .with_safe_default_protocol_versions()?
 /// .dangerous() // a verifier of the crate's own, over rustls's WebPKI verifier
@@ -168,10 +200,13 @@ impl RootStore {
         Ok(self.watched.reload().await?.certificates.clone())
     }
 
-    /// A snapshot of the store's state: the reads, the failures, the refusals
+    /// A snapshot of the store's state: the reads, the failures, the refusals, the
+    /// certificates of the bundle skipped as unusable
     /// ([`certificates`](Self::certificates) lists the authorities).
     pub fn status(&self) -> Status {
-        self.watched.status()
+        let mut status = self.watched.status();
+        status.skipped_certificates = self.watched.current().skipped;
+        status
     }
 
     /// A rustls server-certificate verifier that checks each handshake against the
@@ -180,17 +215,19 @@ impl RootStore {
         Arc::new(Verifier(self.clone()))
     }
 
-    /// A rustls `ClientConfig` (ring) that verifies servers with this store's current
-    /// bundle, presents `identity`'s current client certificate (none when `None`), and
-    /// resumes no session (see [Session resumption](super#session-resumption)): for a
-    /// client whose pool this crate does not own (reqwest's
-    /// `use_preconfigured_tls`, a tonic connector). TLS 1.2 and 1.3; no ALPN protocols
+    /// A rustls `ClientConfig` that verifies servers with this store's current bundle,
+    /// presents `identity`'s current client certificate (none when `None`), and resumes no
+    /// session (see [Session resumption](super#session-resumption)): for a client whose
+    /// pool this crate does not own (reqwest's `use_preconfigured_tls`, a tonic
+    /// connector). Its crypto provider is the one the current bundle was read with (see
+    /// [TLS providers](super#tls-providers)). TLS 1.2 and 1.3; no ALPN protocols
     /// (hyper-rustls sets its own; set `alpn_protocols` for another client).
-    pub fn client_config(&self, identity: Option<&IdentityStore>) -> rustls::ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
+    pub fn client_config(&self, identity: Option<&IdentityStore>) -> ClientConfig {
+        let builder = self
+            .watched
+            .current()
+            .config
+            .clone()
             .dangerous()
             .with_custom_certificate_verifier(self.verifier());
         let mut config = match identity {

@@ -92,6 +92,18 @@ pub(crate) struct Parsed<T> {
     pub(crate) digest: [u8; 32],
     /// When the credential stops being valid.
     pub(crate) expires_at: Option<SystemTime>,
+    /// Certificates left out as unusable (a CA bundle's), each warned about by the source.
+    pub(crate) skipped: Vec<Skipped>,
+}
+
+/// A certificate of a bundle that could not be used.
+pub(crate) struct Skipped {
+    /// Its place in the bundle, from 1.
+    pub(crate) position: usize,
+    /// Its subject, when it parses.
+    pub(crate) subject: Option<String>,
+    /// Why it was left out.
+    pub(crate) error: CertificateError,
 }
 
 /// A credential that PEM bytes parse into.
@@ -136,6 +148,15 @@ impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
         let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
         let parsed = T::parse(fetched.bytes(), cx.now())?;
+        for skipped in &parsed.skipped {
+            tracing::warn!(
+                source = %self.inner.describe(),
+                position = skipped.position,
+                subject = skipped.subject.as_deref().unwrap_or("(does not parse)"),
+                error = %skipped.error,
+                "a certificate of the CA bundle cannot be used: skipped, the others are trusted"
+            );
+        }
         let placeholder: String = parsed.digest.iter().map(|b| format!("{b:02x}")).collect();
         let expires_at = match (fetched.expires_at(), parsed.expires_at) {
             (Some(a), Some(b)) => Some(a.min(b)),

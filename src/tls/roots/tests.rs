@@ -138,3 +138,104 @@ async fn the_status_says_expired_once_every_authority_in_the_bundle_is() {
     tokio::time::advance(2 * hour).await;
     assert!(roots.status().expired);
 }
+
+/// A bundle through a file, with the default size cap; not watched, so that each read is
+/// the test's own.
+async fn load_default(pem: &str) -> (RootStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ca-certificates.crt");
+    writers::rename_over(&path, pem).unwrap();
+    let roots = RootStore::builder(FileSource::new(&path))
+        .no_watch()
+        .refresh_interval(None)
+        .load()
+        .await;
+    (roots.unwrap(), dir)
+}
+
+#[tokio::test]
+async fn a_system_sized_and_a_corporate_sized_bundle_load_with_the_defaults() {
+    // Debian's ca-certificates.crt: 140 roots, about 220 KB.
+    let debian = crate::test_support::pki::bundle(140, 1570);
+    assert!(
+        (200_000..240_000).contains(&debian.len()),
+        "{}",
+        debian.len()
+    );
+    let (roots, _dir) = load_default(&debian).await;
+    assert_eq!(roots.certificates().len(), 140);
+    assert_eq!(roots.certificates()[139].subject, "CN=root 139");
+    assert_eq!(roots.status().skipped_certificates, 0);
+
+    // A corporate bundle with intermediates, past 1 MB.
+    let corporate = crate::test_support::pki::bundle(480, 2200);
+    assert!(corporate.len() > 1_000_000, "{}", corporate.len());
+    let (roots, _dir) = load_default(&corporate).await;
+    assert_eq!(roots.certificates().len(), 480);
+}
+
+/// `der` as a `CERTIFICATE` section.
+fn section(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let base64 = base64::engine::general_purpose::STANDARD.encode(der);
+    format!("-----BEGIN CERTIFICATE-----\n{base64}\n-----END CERTIFICATE-----\n")
+}
+
+#[tokio::test]
+async fn an_unusable_certificate_is_skipped_warned_about_once_and_counted() {
+    let (one, two, three) = (Ca::new("one"), Ca::new("two"), Ca::new("three"));
+    // Whole base64, but DER that is no certificate.
+    let garbage = section(&[0x30, 0x03, 0x02, 0x01, 0x05]);
+    // Bytes after the certificate's DER: x509-parser reads its subject, rustls refuses it.
+    let mut trailing = three.der();
+    trailing.extend_from_slice(&[0, 0]);
+    let trailing = section(&trailing);
+    let bundle = format!("{}{garbage}{}{trailing}", one.pem(), two.pem());
+    let (logs, _guard) = crate::test_support::capture_logs();
+    let (roots, dir) = load_default(&bundle).await;
+    let subjects: Vec<_> = roots
+        .certificates()
+        .into_iter()
+        .map(|c| c.subject)
+        .collect();
+    assert_eq!(subjects, ["CN=one", "CN=two"]);
+    assert_eq!(roots.status().skipped_certificates, 2);
+    let text = logs.text();
+    assert_eq!(
+        logs.count("a certificate of the CA bundle cannot be used"),
+        2,
+        "{text}"
+    );
+    let path = dir.path().join("ca-certificates.crt");
+    assert!(
+        text.contains(&format!("source=file {}", path.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("position=2 subject=\"(does not parse)\""),
+        "{text}"
+    );
+    assert!(text.contains("position=4 subject=\"CN=three\""), "{text}");
+    assert!(verify(&roots, &one.server()).is_ok() && verify(&roots, &two.server()).is_ok());
+
+    // A bundle of nothing usable is refused whole: the last good one stays.
+    writers::rename_over(&path, format!("{garbage}{garbage}")).unwrap();
+    let err = roots.reload().await.unwrap_err();
+    let chain = crate::store::Chain(&err).to_string();
+    assert!(chain.contains("a certificate is invalid"), "{chain}");
+    assert_eq!(roots.certificates().len(), 2);
+    assert_eq!(roots.status().skipped_certificates, 2);
+
+    // A bundle cut short after its first certificate is refused whole too.
+    let cut = format!("{}{}", three.pem(), &one.pem()[..200]);
+    writers::rename_over(&path, cut).unwrap();
+    let err = roots.reload().await.unwrap_err();
+    let chain = crate::store::Chain(&err).to_string();
+    assert!(chain.contains("the PEM is malformed"), "{chain}");
+    let subjects: Vec<_> = roots
+        .certificates()
+        .into_iter()
+        .map(|c| c.subject)
+        .collect();
+    assert_eq!(subjects, ["CN=one", "CN=two"]);
+}

@@ -1,0 +1,94 @@
+//! Which rustls crypto provider the TLS stores use: the one place that chooses (see
+//! [TLS providers](super#tls-providers)).
+
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+
+use super::CertificateError;
+
+/// The provider for a new identity, bundle or client configuration: the process default
+/// the application installed, else the provider of the enabled feature (`ring` first,
+/// then `aws-lc-rs`), else [`CertificateError::NoCryptoProvider`].
+pub(crate) fn provider() -> Result<Arc<CryptoProvider>, CertificateError> {
+    pick(CryptoProvider::get_default(), FEATURE)
+}
+
+/// The provider of the crate's features, if one is on.
+#[cfg(feature = "ring")]
+const FEATURE: Option<fn() -> CryptoProvider> = Some(rustls::crypto::ring::default_provider);
+#[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
+const FEATURE: Option<fn() -> CryptoProvider> = Some(rustls::crypto::aws_lc_rs::default_provider);
+#[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
+const FEATURE: Option<fn() -> CryptoProvider> = None;
+
+/// The order of [`provider`], on its inputs.
+fn pick(
+    installed: Option<&Arc<CryptoProvider>>,
+    feature: Option<fn() -> CryptoProvider>,
+) -> Result<Arc<CryptoProvider>, CertificateError> {
+    match (installed, feature) {
+        (Some(installed), _) => Ok(installed.clone()),
+        (None, Some(feature)) => Ok(Arc::new(feature())),
+        (None, None) => Err(CertificateError::NoCryptoProvider),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider_with_suites(n: usize) -> CryptoProvider {
+        let mut provider = FEATURE
+            .map(|feature| feature())
+            .unwrap_or_else(test_provider);
+        provider.cipher_suites.truncate(n);
+        provider
+    }
+
+    /// A provider for the tests built without a provider feature: the dev-dependency's ring.
+    fn test_provider() -> CryptoProvider {
+        rustls::crypto::ring::default_provider()
+    }
+
+    #[test]
+    fn the_installed_default_comes_before_the_feature() {
+        let installed = Arc::new(provider_with_suites(1));
+        let picked = pick(Some(&installed), Some(test_provider)).unwrap();
+        assert!(Arc::ptr_eq(&picked, &installed));
+    }
+
+    #[test]
+    fn without_an_installed_default_the_feature_provides() {
+        let picked = pick(None, Some(test_provider)).unwrap();
+        assert_eq!(
+            picked.cipher_suites.len(),
+            test_provider().cipher_suites.len()
+        );
+    }
+
+    #[test]
+    fn with_neither_the_error_says_what_to_do() {
+        let err = pick(None, None).unwrap_err();
+        assert_eq!(err, CertificateError::NoCryptoProvider);
+        assert_eq!(
+            err.to_string(),
+            "no rustls crypto provider: enable feature `ring` or `aws-lc-rs` of bearer-reload, \
+             or install a process default (`CryptoProvider::install_default`)"
+        );
+    }
+
+    /// Built with no provider feature, and no process default (no test of this binary
+    /// installs one): loading a store is the clear error, not a panic.
+    #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
+    #[tokio::test]
+    async fn with_no_provider_a_store_does_not_load() {
+        let ca = crate::test_support::pki::Ca::new("ca");
+        let err = crate::tls::RootStore::builder(crate::test_support::pem("ca", ca.pem()))
+            .load()
+            .await
+            .unwrap_err();
+        let chain = crate::store::Chain(&err).to_string();
+        assert!(chain.contains("no rustls crypto provider"), "{chain}");
+    }
+}
