@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -131,6 +131,9 @@ pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] 
 pub(crate) struct PemSource<S, T> {
     inner: S,
     parsed: PhantomData<fn() -> T>,
+    /// The bundle whose skipped certificates were last warned about (its digest and their
+    /// positions): a timer's read of the same bundle warns no more.
+    warned: Mutex<Option<([u8; 32], Vec<usize>)>>,
 }
 
 impl<S, T> PemSource<S, T> {
@@ -138,16 +141,25 @@ impl<S, T> PemSource<S, T> {
         Self {
             inner,
             parsed: PhantomData,
+            warned: Mutex::new(None),
         }
     }
-}
 
-impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
-    type Error = BoxError;
-
-    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
-        let parsed = T::parse(fetched.bytes(), cx.now())?;
+    /// Warns about each certificate `parsed` left out, unless this bundle's were the last
+    /// warned about.
+    fn warn_skipped<V>(&self, parsed: &Parsed<V>)
+    where
+        S: TokenSource,
+    {
+        let key = (
+            parsed.digest,
+            parsed.skipped.iter().map(|s| s.position).collect(),
+        );
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if parsed.skipped.is_empty() || warned.as_ref() == Some(&key) {
+            *warned = (!parsed.skipped.is_empty()).then_some(key);
+            return;
+        }
         for skipped in &parsed.skipped {
             tracing::warn!(
                 source = %self.inner.describe(),
@@ -157,6 +169,17 @@ impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
                 "a certificate of the CA bundle cannot be used: skipped, the others are trusted"
             );
         }
+        *warned = Some(key);
+    }
+}
+
+impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
+    type Error = BoxError;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
+        let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
+        let parsed = T::parse(fetched.bytes(), cx.now())?;
+        self.warn_skipped(&parsed);
         let placeholder: String = parsed.digest.iter().map(|b| format!("{b:02x}")).collect();
         let expires_at = match (fetched.expires_at(), parsed.expires_at) {
             (Some(a), Some(b)) => Some(a.min(b)),

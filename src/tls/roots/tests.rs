@@ -218,6 +218,15 @@ async fn an_unusable_certificate_is_skipped_warned_about_once_and_counted() {
     assert!(text.contains("position=4 subject=\"CN=three\""), "{text}");
     assert!(verify(&roots, &one.server()).is_ok() && verify(&roots, &two.server()).is_ok());
 
+    // The same bundle read again (the timer's backstop) warns no more.
+    roots.reload().await.unwrap();
+    assert_eq!(
+        logs.count("a certificate of the CA bundle cannot be used"),
+        2,
+        "{}",
+        logs.text()
+    );
+
     // A bundle of nothing usable is refused whole: the last good one stays.
     writers::rename_over(&path, format!("{garbage}{garbage}")).unwrap();
     let err = roots.reload().await.unwrap_err();
