@@ -249,10 +249,7 @@ pub struct Reqwest {
     url: String,
 }
 
-/// Installs ring as rustls's process-wide provider (reqwest's `rustls-no-provider`).
-pub fn install_ring() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+pub use crate::support::install_ring;
 
 impl ClientKind for Reqwest {
     const NAME: &'static str = "reqwest";
