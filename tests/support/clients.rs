@@ -249,7 +249,7 @@ pub struct Reqwest {
     url: String,
 }
 
-pub use crate::support::install_ring;
+pub use crate::support::tls::install_ring;
 
 impl ClientKind for Reqwest {
     const NAME: &'static str = "reqwest";

@@ -85,7 +85,7 @@ impl GrpcServer {
         let addr = listener.local_addr().unwrap();
         // tonic's server TLS takes rustls's process default, which `--all-features` (ring and
         // aws-lc-rs both on) leaves unset.
-        crate::support::install_ring();
+        crate::support::tls::install_ring();
         let tls = ServerTlsConfig::new().identity(Identity::from_pem(ca.cert_pem(), ca.key_pem()));
         let router = Server::builder()
             .tls_config(tls)

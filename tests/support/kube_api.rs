@@ -135,9 +135,9 @@ pub async fn start() -> KubeApi {
 
 impl KubeApi {
     /// Starts a server on 127.0.0.1 that accepts no token until told (with a process-wide
-    /// rustls provider for the kube clients of the test: [`super::install_ring`]).
+    /// rustls provider for the kube clients of the test: [`super::tls::install_ring`]).
     pub async fn start() -> Self {
-        super::install_ring();
+        super::tls::install_ring();
         let (ca_pem, tls) = certificates();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -170,18 +170,10 @@ pub fn random_hex(n: usize) -> String {
     random_bytes(n).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Installs ring as rustls's process-wide provider, for the TLS of kube, tonic and reqwest,
-/// which take the process default: with every feature on, rustls has both ring and
-/// aws-lc-rs and picks neither by itself. (This crate's own TLS needs none: see
-/// `tls::provider`.)
-pub fn install_ring() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// What `kube` makes of a kubeconfig file (with a process-wide rustls provider for kube's
-/// TLS: [`install_ring`]).
+/// TLS: [`tls::install_ring`]).
 pub async fn kube_config(path: &Path) -> kube::Config {
-    install_ring();
+    tls::install_ring();
     let kubeconfig = kube::config::Kubeconfig::read_from(path).unwrap();
     kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await

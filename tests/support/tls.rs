@@ -13,6 +13,13 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
 
+/// Installs ring as rustls's process-wide provider, for the TLS of kube, tonic and reqwest,
+/// which take the process default: with every feature on, rustls has both ring and
+/// aws-lc-rs and picks neither by itself. (This crate's own TLS needs none.)
+pub fn install_ring() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A CA and a server certificate it signed for `127.0.0.1` and `localhost`.
 pub struct TestCa {
     ca_der: Vec<u8>,
