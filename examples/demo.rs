@@ -191,7 +191,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         &KubeConfigOptions::default(),
     )
     .await?;
-    let store = Credentials::token_store(&config)?
+    let store = Credentials::token_store_builder(&config)?
         .expect("the kubeconfig uses a token file")
         .load()
         .await?;

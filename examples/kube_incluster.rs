@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Most apps need no more than `Credentials::load(&config).await?.client(config)?`.
     // Here the token store is built by hand and kept, for its status.
     let config = kube::Config::incluster()?;
-    let store = Credentials::token_store(&config)?
+    let store = Credentials::token_store_builder(&config)?
         .expect("the in-cluster config reads a token file")
         .load()
         .await?;

@@ -32,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     };
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = match Credentials::token_store(&config)? {
+    let client = match Credentials::token_store_builder(&config)? {
         Some(builder) => {
             let store = builder.load().await?;
             println!("reloading {} ({})", store.current(), store.status().source);

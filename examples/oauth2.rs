@@ -165,8 +165,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         server.token_endpoint().parse()?,
         BASIC_CLIENT.0,
         ClientAuth::client_secret_basic(BASIC_CLIENT.1),
+        roots,
     )
-    .roots(roots)
     .scope("read");
     let store = TokenStore::builder(source).load().await?;
     let ours = ServiceBuilder::new()

@@ -122,7 +122,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let volume = ProjectedTokenDir::create(tmp.path().join("serviceaccount"), "token-0")?;
     let store = TokenStore::builder(FileSource::new(volume.token_path()))
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await?;
     println!("watch: {:?}", store.status().watch);

@@ -208,10 +208,13 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
     let load_start = Instant::now();
     let mut stores = Vec::with_capacity(n);
     for path in &paths {
-        let store = TokenStore::builder(FileSource::new(path))
-            .refresh_interval(args.refresh_secs.map(Duration::from_secs))
-            .load()
-            .await?;
+        let builder = TokenStore::builder(FileSource::new(path));
+        let store = match args.refresh_secs {
+            Some(secs) => builder.refresh_interval(Duration::from_secs(secs)),
+            None => builder.no_periodic_refresh(),
+        }
+        .load()
+        .await?;
         stores.push(store);
     }
     let load_s = load_start.elapsed().as_secs_f64();

@@ -135,6 +135,8 @@ pub(crate) struct Incomplete {
 /// body whose size hint already says it is larger is not even recorded
 /// ([`try_with_limit`](Self::try_with_limit) hands it back instead).
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -212,8 +214,11 @@ impl<B: Body> ReplayBody<B> {
         }
     }
 
-    /// Wraps `body` unless its size hint says it cannot fit in `limit` bytes; then hands it
-    /// back untouched.
+    /// Wraps `body` unless its size hint says it cannot fit in `limit` bytes.
+    ///
+    /// # Errors
+    ///
+    /// `body` itself, untouched, when its size hint's lower bound is over `limit`.
     pub fn try_with_limit(body: B, limit: usize) -> Result<Self, B> {
         if body.size_hint().lower() > limit as u64 {
             Err(body)

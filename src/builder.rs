@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::refresh::timer::MIN_PERIOD;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource};
 use crate::store::{Config, Credential, LoadError, Start, TokenStore};
@@ -19,6 +20,8 @@ use crate::store::{Config, Credential, LoadError, Start, TokenStore};
 /// problem), builds the store and starts what keeps it fresh: the timer, and for a file
 /// the directory watcher, as a task on the current tokio runtime that ends with the store.
 ///
+/// # Examples
+///
 /// ```no_run
 /// # async fn run() -> Result<(), bearer_reload::LoadError> {
 /// use std::time::Duration;
@@ -27,7 +30,7 @@ use crate::store::{Config, Credential, LoadError, Start, TokenStore};
 ///
 /// let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 /// let store = TokenStore::builder(FileSource::new(path))
-///     .refresh_interval(Some(Duration::from_secs(30)))
+///     .refresh_interval(Duration::from_secs(30))
 ///     .load()
 ///     .await?;
 /// println!("loaded {}", store.current());
@@ -116,15 +119,32 @@ impl<S> StoreBuilder<S> {
 
     /// How often the source is read again regardless of any event (default: the source's
     /// [`default_refresh_interval`], 60 s for a file or a closure, none for a source that
-    /// gives expiries); `None` turns the periodic reads off, and an interval under a second
-    /// is read as a second. Each wait is drawn a little longer than the interval (by up to
-    /// 5% of it, at least a second, at most a quarter), so that stores loaded together do
-    /// not read in step. The reads at the moments the token's dates tell about (a JWT's
+    /// gives expiries). Each wait is drawn a little longer than the interval (by up to 5%
+    /// of it, at least a second, at most a quarter), so that stores loaded together do not
+    /// read in step. The reads at the moments the token's dates tell about (a JWT's
     /// rotation point and expiry, a source's expiry) go on either way.
     ///
+    /// # Panics
+    ///
+    /// If `interval` is under a second: a shorter one would read the source in a loop (as
+    /// tokio's `interval` panics on a zero period). To read on events and dates alone, see
+    /// [`no_periodic_refresh`](Self::no_periodic_refresh).
+    ///
     /// [`default_refresh_interval`]: TokenSource::default_refresh_interval
-    pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
-        self.refresh_interval = Some(interval);
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        assert!(
+            interval >= MIN_PERIOD,
+            "refresh_interval({interval:?}) is under the least interval, {MIN_PERIOD:?}"
+        );
+        self.refresh_interval = Some(Some(interval));
+        self
+    }
+
+    /// No periodic reads, whatever the source's default: the store reads its source at
+    /// load, on each change the watcher sees, at the moments the token's dates tell about,
+    /// when a server refuses the token, and when asked ([`reload`](TokenStore::reload)).
+    pub fn no_periodic_refresh(mut self) -> Self {
+        self.refresh_interval = Some(None);
         self
     }
 
@@ -188,6 +208,8 @@ impl<S> StoreBuilder<S> {
     /// a second. A test server that mints tokens must use the same time
     /// (`origin + (tokio::time::Instant::now() - start)`). Not meant for production.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -221,9 +243,8 @@ impl<S> StoreBuilder<S> {
     /// Fetches the first token and returns a store that keeps it fresh, with its timer and
     /// watcher running as a task on the current tokio runtime that ends with the store.
     ///
-    /// Fails, naming the source, when the first fetch fails or does not yield a valid
-    /// token. Must be called within a tokio runtime with its time driver (`#[tokio::main]`
-    /// and `#[tokio::test]` have one): the store's reads run there, with a time limit.
+    /// Must be called within a tokio runtime with its time driver (`#[tokio::main]` and
+    /// `#[tokio::test]` have one): the store's reads run there, with a time limit.
     ///
     /// If that runtime shuts down while the store lives on (a store loaded by a short-lived
     /// runtime and used on another), nothing refreshes it until its next use:
@@ -231,6 +252,11 @@ impl<S> StoreBuilder<S> {
     /// the crate warns once, and the next request through a layer (or
     /// [`reload`](TokenStore::reload)) made from a live runtime starts the timer and the
     /// watcher again there.
+    ///
+    /// # Errors
+    ///
+    /// A [`LoadError`] naming the source when the first fetch fails, takes longer than the
+    /// time limit, or does not yield a valid credential.
     pub async fn load(self) -> Result<S, LoadError> {
         let plan = self.plan();
         let finish = self.finish;
@@ -246,6 +272,12 @@ impl<S> StoreBuilder<S> {
     /// watcher) for the caller to run, instead of spawning it. It ends when the store is
     /// dropped; if it is dropped first, nothing refreshes the store any more (its status
     /// says so) and nothing starts it again: it is the caller's.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load)'s.
+    ///
+    /// # Examples
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

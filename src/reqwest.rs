@@ -46,12 +46,15 @@
 //! # let _ = response; Ok(()) }
 //! ```
 
+use std::fmt;
+
 use ::reqwest::{Body, Request, Response, StatusCode};
 use http::Extensions;
 use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::layer::refused::{AfterRefusal, Refused};
+use crate::layer::{NoRetry, RetryUnauthorized};
 use crate::resend::{Failure, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
@@ -74,12 +77,26 @@ enum OnUnauthorized {
 /// A [`reqwest_middleware::Middleware`] that adds the store's current bearer token to every
 /// request and reloads the token when a server refuses it. See the [module docs](self).
 ///
+/// `R` says whether a refused request is sent once more with the new token, as for
+/// [`BearerLayer`](crate::BearerLayer): [`NoRetry`] by default, [`RetryUnauthorized`]
+/// after [`retry_unauthorized`](Self::retry_unauthorized).
+///
 /// [`reqwest_middleware::Middleware`]: https://docs.rs/reqwest-middleware/0.5/reqwest_middleware/trait.Middleware.html
-#[derive(Debug, Clone)]
-pub struct BearerMiddleware {
+#[derive(Clone)]
+pub struct BearerMiddleware<R = NoRetry> {
     store: TokenStore,
     own_header: OwnHeader,
-    on_unauthorized: OnUnauthorized,
+    retry: R,
+}
+
+impl<R: fmt::Debug> fmt::Debug for BearerMiddleware<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BearerMiddleware")
+            .field("store", &self.store)
+            .field("own_header", &self.own_header)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl BearerMiddleware {
@@ -90,10 +107,12 @@ impl BearerMiddleware {
         Self {
             store,
             own_header: OwnHeader::Keep,
-            on_unauthorized: OnUnauthorized::Reload,
+            retry: NoRetry,
         }
     }
+}
 
+impl<R> BearerMiddleware<R> {
     /// Replace an `Authorization` header the request already has. By default it is kept,
     /// and a request that keeps its own header is the caller's business: its 401 reloads
     /// nothing and is never sent again.
@@ -104,14 +123,12 @@ impl BearerMiddleware {
 
     /// On a 401, also send the request once more with the new token, if the request can be
     /// copied and the token changed.
-    pub fn retry_unauthorized(mut self) -> Self {
-        self.on_unauthorized = OnUnauthorized::Retry;
-        self
-    }
-
-    /// The store the middleware reads.
-    pub fn store(&self) -> &TokenStore {
-        &self.store
+    pub fn retry_unauthorized(self) -> BearerMiddleware<RetryUnauthorized> {
+        BearerMiddleware {
+            store: self.store,
+            own_header: self.own_header,
+            retry: RetryUnauthorized,
+        }
     }
 
     /// Sets the header unless the request has its own and it is kept. Returns the
@@ -137,12 +154,38 @@ impl Refused for Response {
 }
 
 #[async_trait::async_trait]
-impl Middleware for BearerMiddleware {
+impl Middleware for BearerMiddleware<NoRetry> {
     async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        self.run(req, extensions, next, OnUnauthorized::Reload)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for BearerMiddleware<RetryUnauthorized> {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        self.run(req, extensions, next, OnUnauthorized::Retry).await
+    }
+}
+
+impl<R: Send + Sync> BearerMiddleware<R> {
+    /// Sends `req` with the store's token; a 401 does what `on_unauthorized` says.
+    async fn run(
         &self,
         mut req: Request,
         extensions: &mut Extensions,
         next: Next<'_>,
+        on_unauthorized: OnUnauthorized,
     ) -> Result<Response> {
         self.store.revive_if_stopped();
         let Some(sent) = self.authorize(&mut req) else {
@@ -150,7 +193,7 @@ impl Middleware for BearerMiddleware {
             return next.run(req, extensions).await;
         };
         // The copy is made before the request goes: sending consumes it.
-        let replay = match self.on_unauthorized {
+        let replay = match on_unauthorized {
             OnUnauthorized::Retry => req.try_clone(),
             OnUnauthorized::Reload => None,
         };

@@ -96,7 +96,7 @@ pub(crate) async fn rotated_store() -> crate::TokenStore {
             async move { Ok::<_, std::io::Error>(token) }
         }
     })
-    .refresh_interval(None)
+    .no_periodic_refresh()
     .load()
     .await
     .unwrap();

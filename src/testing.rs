@@ -108,6 +108,8 @@ impl ProjectedTokenDir {
     /// the new ones. Each name is a plain file name, as for
     /// [`create_named`](Self::create_named); `<dir>/<name>` is created the first time.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # fn main() -> std::io::Result<()> {
     /// use bearer_reload::testing::ProjectedTokenDir;

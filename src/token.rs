@@ -8,7 +8,7 @@
 //! - a **JWT** (three base64url parts): its claims, read without verifying the signature;
 //!   logs show `sub`, `exp` and the Kubernetes `warnafter` hint, and
 //!   [`subject`](Token::subject), [`expires_at`](Token::expires_at) and
-//!   [`rotate_hint`](Token::rotate_hint) return them;
+//!   [`refresh_at`](Token::refresh_at) return them;
 //! - a kubeadm **bootstrap token** (`abcdef.0123456789abcdef`): its public id, the part
 //!   before the dot (the API server's user `system:bootstrap:<id>`); the rest is the
 //!   secret;
@@ -245,7 +245,13 @@ impl Token {
     ///
     /// Also reads what the token says about itself (see the [module docs](self)). A token
     /// that looks like a JWT but does not decode is accepted as opaque: only the server
-    /// can say whether it is valid.
+    /// can say whether it is valid. A store parses each read this way; this is for a
+    /// source's own tests, and the crate's benches and fuzz targets.
+    ///
+    /// # Errors
+    ///
+    /// The [`TokenError`] that says what is wrong and where, never the token: empty, too
+    /// large, a byte-order mark, a byte that cannot be in a header.
     pub fn parse(bytes: &[u8]) -> Result<Self, TokenError> {
         Self::parse_capped(bytes, DEFAULT_MAX_SIZE)
     }
@@ -345,15 +351,18 @@ impl Token {
     }
 
     /// When the source asked to be fetched again, if it did.
-    pub fn refresh_at(&self) -> Option<SystemTime> {
+    pub(crate) fn source_refresh_at(&self) -> Option<SystemTime> {
         self.refresh_at
     }
 
-    /// When the token is due to be replaced: a JWT's `warnafter`, else its `exp`; `None`
-    /// for other kinds. For a token whose `exp` the API server extended to a year, this is
-    /// the token's real lifetime (`warnafter`), not the year.
-    pub fn rotate_hint(&self) -> Option<SystemTime> {
-        self.kind.claims().and_then(Claims::rotate_hint)
+    /// When the token is due to be replaced: when its source asked to be fetched again
+    /// ([`Fetched::with_refresh_at`](crate::source::Fetched::with_refresh_at)), else a
+    /// JWT's `warnafter`, else its `exp`; `None` when nothing says. For a token whose
+    /// `exp` the API server extended to a year, this is the token's real lifetime
+    /// (`warnafter`), not the year.
+    pub fn refresh_at(&self) -> Option<SystemTime> {
+        self.refresh_at
+            .or_else(|| self.kind.claims().and_then(Claims::rotate_hint))
     }
 
     /// How the token stands at `now` against the dates in its claims, and the expiry its
@@ -398,7 +407,7 @@ impl Token {
     }
 
     /// The store generation this token was installed as (0 until a store installs it).
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
@@ -408,7 +417,7 @@ impl Token {
     }
 
     /// Whether both tokens carry the same secret.
-    pub fn same_secret(&self, other: &Token) -> bool {
+    pub(crate) fn same_secret(&self, other: &Token) -> bool {
         self.digest == other.digest
     }
 

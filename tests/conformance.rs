@@ -109,7 +109,7 @@ async fn projected(first: &str) -> (tempfile::TempDir, ProjectedTokenDir, TokenS
     let dir = tempfile::tempdir().unwrap();
     let projected = ProjectedTokenDir::create(dir.path().join("sa"), first).unwrap();
     let store = support::file(projected.token_path())
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();

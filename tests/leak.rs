@@ -95,12 +95,15 @@ async fn run() {
         for i in 0..100 {
             let p = (round + i) % paths.len();
             // Half with a timer, half with the watcher alone.
-            let timer = (i % 2 == 0).then(|| Duration::from_millis(50 + i as u64));
-            let store = support::file(&paths[p])
-                .refresh_interval(timer)
-                .load()
-                .await
-                .unwrap();
+            let builder = support::file(&paths[p]);
+            let store = if i % 2 == 0 {
+                builder.refresh_interval(Duration::from_secs(1) + Duration::from_millis(i as u64))
+            } else {
+                builder.no_periodic_refresh()
+            }
+            .load()
+            .await
+            .unwrap();
             stores.push((p, store));
         }
         let now = counts();

@@ -54,8 +54,7 @@ async fn roots(server: &AuthServer) -> RootStore {
 
 async fn basic_source(server: &AuthServer) -> ClientCredentials {
     let auth = ClientAuth::client_secret_basic(BASIC_CLIENT.1);
-    ClientCredentials::new(endpoint(server), BASIC_CLIENT.0, auth)
-        .roots(roots(server).await)
+    ClientCredentials::new(endpoint(server), BASIC_CLIENT.0, auth, roots(server).await)
         .scope("read")
 }
 
@@ -98,7 +97,7 @@ async fn resource_server(auth: Arc<AuthServer>) -> (String, tokio::task::JoinHan
 type Api = bearer_reload::BearerService<
     Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
     bearer_reload::classify::Http401,
-    true,
+    bearer_reload::layer::RetryUnauthorized,
 >;
 
 fn api_client(store: &TokenStore) -> Api {
@@ -156,10 +155,10 @@ async fn client_credentials_with_basic_and_post_secrets() {
     );
 
     let auth = ClientAuth::client_secret_post(POST_CLIENT.1);
-    let source = ClientCredentials::new(endpoint(&server), POST_CLIENT.0, auth)
-        .roots(roots(&server).await)
-        .scope("read")
-        .resource(RESOURCE);
+    let source =
+        ClientCredentials::new(endpoint(&server), POST_CLIENT.0, auth, roots(&server).await)
+            .scope("read")
+            .resource(RESOURCE);
     let post = TokenStore::builder(source).load().await.unwrap();
     let introspection = server.introspection(&secret(&post)).await;
     assert_eq!(introspection["active"], true, "{introspection}");
@@ -190,7 +189,7 @@ async fn a_short_lived_token_is_replaced_before_it_expires() {
         "replaced {:?} after the old token expired",
         replaced_at.duration_since(expires_at).unwrap()
     );
-    assert!(!store.current().same_secret(&first));
+    assert_ne!(store.current().header_value(), first.header_value());
     assert_eq!(server.stats().await.requests_of(BASIC_CLIENT.0), 2);
 
     // And again with a lifetime the server changed in between.
@@ -283,8 +282,8 @@ async fn each_fetch_reads_the_assertion_file_again() {
         endpoint(&server),
         JWT_CLIENT,
         ClientAuth::client_assertion_file(&path),
+        roots(&server).await,
     )
-    .roots(roots(&server).await)
     .scope("read");
     let store = TokenStore::builder(source).load().await.unwrap();
     let first = store.current();
@@ -296,13 +295,13 @@ async fn each_fetch_reads_the_assertion_file_again() {
     let shown = format!("{} | {err:?}", chain(&err));
     assert!(shown.contains("invalid_client"), "{shown}");
     assert!(!shown.contains(&first_assertion), "{shown}");
-    assert!(store.current().same_secret(&first));
+    assert_eq!(store.current().header_value(), first.header_value());
 
     // A new one in the file: the next fetch sends it.
     let second_assertion = write_assertion(&path);
     assert_ne!(first_assertion, second_assertion);
     store.reload().await.unwrap();
-    assert!(!store.current().same_secret(&first));
+    assert_ne!(store.current().header_value(), first.header_value());
     assert!(server.introspect(&secret(&store)).await);
     let stats = server.stats().await;
     assert_eq!(stats.requests_of(JWT_CLIENT), 3, "{stats:?}");
@@ -355,7 +354,7 @@ async fn a_secret_rotated_at_the_server_is_named_and_the_last_token_kept() {
     }
 
     // The last good token is kept, and still works.
-    assert!(store.current().same_secret(&first));
+    assert_eq!(store.current().header_value(), first.header_value());
     assert!(store.status().last_error.is_some());
     assert!(server.introspect(&secret(&store)).await);
 }
@@ -370,17 +369,21 @@ async fn token_exchange_of_the_token_another_store_keeps() {
     // The subject token's own store: here reloaded by the test alone.
     let subjects = TokenStore::builder(FileSource::new(&path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
 
     // A confidential client.
-    let source = TokenExchange::new(endpoint(&server), BASIC_CLIENT.0, subjects.clone())
-        .auth(ClientAuth::client_secret_basic(BASIC_CLIENT.1))
-        .roots(roots(&server).await)
-        .resource(RESOURCE)
-        .scope("read");
+    let source = TokenExchange::new(
+        endpoint(&server),
+        BASIC_CLIENT.0,
+        ClientAuth::client_secret_basic(BASIC_CLIENT.1),
+        roots(&server).await,
+        subjects.clone(),
+    )
+    .resource(RESOURCE)
+    .scope("read");
     let store = TokenStore::builder(source).load().await.unwrap();
     let introspection = server.introspection(&secret(&store)).await;
     assert_eq!(introspection["active"], true, "{introspection}");
@@ -406,8 +409,13 @@ async fn token_exchange_of_the_token_another_store_keeps() {
     // A public client, on the same store once it holds a good token again.
     std::fs::write(&path, format!("{subject}\n")).unwrap();
     subjects.reload().await.unwrap();
-    let source =
-        TokenExchange::new(endpoint(&server), PUBLIC_CLIENT, subjects).roots(roots(&server).await);
+    let source = TokenExchange::new(
+        endpoint(&server),
+        PUBLIC_CLIENT,
+        ClientAuth::none(),
+        roots(&server).await,
+        subjects,
+    );
     assert!(format!("{source:?}").contains("file "), "{source:?}");
     let public = TokenStore::builder(source).load().await.unwrap();
     let introspection = server.introspection(&secret(&public)).await;
@@ -419,7 +427,7 @@ async fn token_exchange_of_the_token_another_store_keeps() {
     assert_eq!(stats.requests_of(PUBLIC_CLIENT), 1, "{stats:?}");
 }
 
-/// A source that is not `https://`, or has no CA bundle, fails `load` before any request.
+/// A source that is not `https://` fails `load` before any request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misconfigured_sources_fail_the_load() {
     let server = start(60).await;
@@ -429,21 +437,12 @@ async fn misconfigured_sources_fail_the_load() {
         .parse()
         .unwrap();
     let auth = ClientAuth::client_secret_basic(BASIC_CLIENT.1);
-    let source =
-        ClientCredentials::new(plain, BASIC_CLIENT.0, auth.clone()).roots(roots(&server).await);
-    let err = TokenStore::builder(source).load().await.unwrap_err();
-    assert!(
-        chain(&err).contains("is not an https:// URI"),
-        "{}",
-        chain(&err)
-    );
-
-    let source = ClientCredentials::new(endpoint(&server), BASIC_CLIENT.0, auth);
+    let source = ClientCredentials::new(plain, BASIC_CLIENT.0, auth, roots(&server).await);
     let described = source.describe();
     let err = TokenStore::builder(source).load().await.unwrap_err();
     assert_eq!(err.origin(), described);
     assert!(
-        chain(&err).contains("give one with .roots(..)"),
+        chain(&err).contains("is not an https:// URI"),
         "{}",
         chain(&err)
     );
@@ -459,7 +458,8 @@ async fn misconfigured_sources_fail_the_load() {
     .load()
     .await
     .unwrap();
-    let source = basic_source(&server).await.roots(stranger);
+    let auth = ClientAuth::client_secret_basic(BASIC_CLIENT.1);
+    let source = ClientCredentials::new(endpoint(&server), BASIC_CLIENT.0, auth, stranger);
     let err = TokenStore::builder(source).load().await.unwrap_err();
     let line = chain(&err);
     assert!(line.contains("the token request failed"), "{line}");

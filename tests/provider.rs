@@ -35,7 +35,8 @@ async fn the_process_default_the_application_installed_is_the_one_used() {
         .await
         .unwrap();
 
-    let config = roots.client_config(Some(&identity));
+    let mut config = roots.client_config();
+    config.client_auth_cert_resolver = identity.resolver();
     assert!(Arc::ptr_eq(config.crypto_provider(), installed));
     assert_eq!(config.crypto_provider().cipher_suites.len(), 1);
 }

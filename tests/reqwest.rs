@@ -38,7 +38,10 @@ impl Middleware for Inspect {
     }
 }
 
-fn client(middleware: BearerMiddleware, inspect: &Inspect) -> ClientWithMiddleware {
+fn client(
+    middleware: impl reqwest_middleware::Middleware,
+    inspect: &Inspect,
+) -> ClientWithMiddleware {
     let _ = rustls::crypto::ring::default_provider().install_default();
     ClientBuilder::new(reqwest::Client::new())
         .with(middleware)

@@ -54,7 +54,7 @@ async fn a_token_the_watcher_already_installed_is_used_without_a_read() {
     let path = dir.path().join("token");
     std::fs::write(&path, "old").unwrap();
     let store = support::file(&path)
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -362,7 +362,7 @@ async fn a_request_dropped_during_its_401_reload_does_not_cancel_it() {
             }
         }
     })
-    .refresh_interval(None)
+    .no_periodic_refresh()
     .load()
     .await
     .unwrap();
@@ -404,7 +404,7 @@ async fn a_half_written_token_is_used_until_the_rest_arrives() {
     let path = dir.path().join("token");
     std::fs::write(&path, "old-token").unwrap();
     let store = support::file(&path)
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();

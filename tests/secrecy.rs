@@ -137,7 +137,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     }
     let volume = ProjectedTokenDir::create(tmp.path().join("sa"), &jwt1).unwrap();
     let jwt_store = support::file(volume.token_path())
-        .refresh_interval(Some(Duration::from_millis(50)))
+        .refresh_interval(Duration::from_secs(1))
         .load()
         .await
         .unwrap();
@@ -156,7 +156,7 @@ async fn no_secret_is_ever_logged_or_shown() {
     secrets.add(&boot[7..]);
     std::fs::write(&plain, format!("{op1}\n")).unwrap();
     let plain_store = support::file(&plain)
-        .refresh_interval(Some(Duration::from_millis(50)))
+        .refresh_interval(Duration::from_secs(1))
         .unauthorized_reload_interval(Duration::from_millis(1))
         .load()
         .await

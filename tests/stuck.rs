@@ -21,7 +21,7 @@ async fn a_stuck_file_holds_one_blocking_thread_however_many_reloads() {
     std::fs::write(&path, "good-token").unwrap();
     let store = support::file(&path)
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .fetch_timeout(Duration::from_millis(100))
         .load()
         .await

@@ -299,7 +299,7 @@ impl Quiet {
         std::fs::write(&path, first.combined()).unwrap();
         let identity = IdentityStore::builder(FileSource::new(&path))
             .no_watch()
-            .refresh_interval(None)
+            .no_periodic_refresh()
             .load()
             .await
             .unwrap();
@@ -535,7 +535,12 @@ async fn session_resumption_would_carry_the_old_identity_across_a_rotation_and_i
 
     // rustls's default: resumption on. The session made with the old identity is resumed
     // after the rotation, and the server sees the old certificate again.
-    let mut resuming = roots.client_config(Some(&identity));
+    let with_identity = || {
+        let mut config = roots.client_config();
+        config.client_auth_cert_resolver = identity.resolver();
+        config
+    };
+    let mut resuming = with_identity();
     resuming.resumption = rustls::client::Resumption::default();
     let resuming = connect(resuming);
     assert_eq!(presented(resuming.clone()).await, old.fingerprint());
@@ -545,7 +550,7 @@ async fn session_resumption_would_carry_the_old_identity_across_a_rotation_and_i
     assert_eq!(presented(resuming).await, old.fingerprint(), "resumed");
 
     // The crate's config: every connection a full handshake, with the current identity.
-    let fresh = connect(roots.client_config(Some(&identity)));
+    let fresh = connect(with_identity());
     assert_eq!(presented(fresh.clone()).await, new.fingerprint());
     let newer = ca.client("n1", HOUR);
     std::fs::write(&path, newer.combined()).unwrap();
@@ -623,13 +628,13 @@ async fn a_bundle_rotation_moves_every_clone_to_one_new_connection() {
     std::fs::write(&bundle, ca.pem()).unwrap();
     let identity = IdentityStore::builder(FileSource::new(&identity_path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
     let roots = RootStore::builder(FileSource::new(&bundle))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -651,6 +656,33 @@ async fn a_bundle_rotation_moves_every_clone_to_one_new_connection() {
     get(&first, &url).await.unwrap();
     let connections: Vec<_> = server.arrivals().iter().map(|a| a.connection).collect();
     assert_eq!(connections, [1, 1, 2, 2, 2]);
+}
+
+/// A hyper-util builder of the user's keeps tokio's pool timer: an idle connection is closed
+/// once the builder's `pool_idle_timeout` has passed, not kept until the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hyper_builder_of_the_users_closes_idle_connections_on_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (identity_path, bundle) = (tmp.path().join("client.pem"), tmp.path().join("ca.crt"));
+    let ca = Ca::new("kubernetes");
+    std::fs::write(&identity_path, ca.client("n1", HOUR).combined()).unwrap();
+    std::fs::write(&bundle, ca.pem()).unwrap();
+    let identity = IdentityStore::builder(FileSource::new(&identity_path))
+        .load()
+        .await
+        .unwrap();
+    let roots = RootStore::builder(FileSource::new(&bundle))
+        .load()
+        .await
+        .unwrap();
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let mut pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    pool.pool_idle_timeout(Duration::from_millis(200));
+    let client = Client::new(roots).identity(identity).hyper(pool);
+    get(&client, &server.url("/")).await.unwrap();
+    // The client, not the server (which keeps connections open), closes the idle one.
+    server.wait_closed(1, DEADLINE).await;
+    assert_eq!(server.connections(), 1);
 }
 
 /// A client of `Quiet`'s credentials whose requests carry a body that can be copied, each
@@ -829,7 +861,7 @@ async fn a_post_whose_handshake_was_refused_with_an_alert_is_sent_again() {
     std::fs::write(&path, old.combined()).unwrap();
     let identity = IdentityStore::builder(FileSource::new(&path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();

@@ -15,32 +15,12 @@ const DEADLINE: Duration = Duration::from_secs(5);
 
 async fn watched(path: &Path) -> TokenStore {
     let store = support::file(path)
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
     assert_eq!(store.status().watch, WatchState::Active);
     store
-}
-
-/// Waits until the store carries `token`, checking that generations only go up.
-async fn wait_for_token(store: &TokenStore, token: &str) {
-    let mut rx = store.subscribe();
-    let want = format!("Bearer {token}");
-    let mut last = store.generation();
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            let current = store.current();
-            assert!(current.generation() >= last);
-            last = current.generation();
-            if current.header_value() == want.as_str() {
-                return;
-            }
-            rx.changed().await.unwrap();
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {token}"));
 }
 
 /// Polls a condition on the store's status until it holds, or fails at the deadline.
@@ -71,9 +51,11 @@ async fn kubelet_atomic_writer_fifty_rotations_in_a_row() {
         let generation = *rx.borrow_and_update();
         assert_eq!(generation, i + 1, "every generation, in order");
         // No stale read: the token installed is the one just written.
-        let current = store.current();
-        assert_eq!(current.generation(), generation);
-        assert_eq!(current.header_value(), format!("Bearer token-{i}").as_str());
+        assert_eq!(store.generation(), generation);
+        assert_eq!(
+            store.current().header_value(),
+            format!("Bearer token-{i}").as_str()
+        );
     }
     let status = store.status();
     assert_eq!(status.rotations, 50);
@@ -89,7 +71,7 @@ async fn rename_over_like_an_editor() {
     let store = watched(&path).await;
     for token in ["two", "three"] {
         rename_over(&path, token).unwrap();
-        wait_for_token(&store, token).await;
+        support::wait_for_token(&store, token).await;
     }
     assert_eq!(store.status().failures, 0);
 }
@@ -102,7 +84,7 @@ async fn truncate_then_write_in_place() {
     let store = watched(&path).await;
     for token in ["two", "three-is-longer", "four"] {
         truncate_and_write(&path, token).unwrap();
-        wait_for_token(&store, token).await;
+        support::wait_for_token(&store, token).await;
     }
     // The empty file a reader may see between truncate and write is retried, not reported.
     let status = store.status();
@@ -125,7 +107,7 @@ async fn a_slow_writer_in_two_chunks() {
             "JSUzI1NiJ9",
         )
     });
-    wait_for_token(&store, "eyJhbGciOiJSUzI1NiJ9").await;
+    support::wait_for_token(&store, "eyJhbGciOiJSUzI1NiJ9").await;
     writer.await.unwrap().unwrap();
     assert!(store.status().last_error.is_none());
 }
@@ -147,7 +129,7 @@ async fn delete_then_recreate_the_file() {
     assert_eq!(store.status().watch, WatchState::Active);
 
     std::fs::write(&path, "two").unwrap();
-    wait_for_token(&store, "two").await;
+    support::wait_for_token(&store, "two").await;
     assert!(store.status().last_error.is_none());
 }
 
@@ -164,12 +146,12 @@ async fn delete_and_recreate_the_whole_directory() {
 
     // The volume comes back (a remount): the watch re-arms and the new token is read.
     let volume = ProjectedTokenDir::create(&dir, "two").unwrap();
-    wait_for_token(&store, "two").await;
+    support::wait_for_token(&store, "two").await;
     eventually("active", || store.status().watch == WatchState::Active).await;
 
     // And rotations are seen again.
     volume.rotate("three").unwrap();
-    wait_for_token(&store, "three").await;
+    support::wait_for_token(&store, "three").await;
 }
 
 #[tokio::test]
@@ -179,11 +161,11 @@ async fn the_same_file_loaded_twice_reloads_both() {
     let a = watched(&volume.token_path()).await;
     let b = watched(&volume.token_path()).await;
     volume.rotate("two").unwrap();
-    wait_for_token(&a, "two").await;
-    wait_for_token(&b, "two").await;
+    support::wait_for_token(&a, "two").await;
+    support::wait_for_token(&b, "two").await;
     drop(a);
     volume.rotate("three").unwrap();
-    wait_for_token(&b, "three").await;
+    support::wait_for_token(&b, "three").await;
 }
 
 #[tokio::test]
@@ -192,7 +174,7 @@ async fn our_own_reads_do_not_trigger_reads() {
     let volume = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
     let store = watched(&volume.token_path()).await;
     volume.rotate("two").unwrap();
-    wait_for_token(&store, "two").await;
+    support::wait_for_token(&store, "two").await;
     // Let the rotation's trailing events (the old directory's removal) settle, then check
     // that the reads they caused do not feed on themselves.
     let mut reads = store.status().reads;
@@ -249,7 +231,7 @@ fn a_rotation_reaches_the_store_while_its_runtime_runs_nothing() {
     for i in 2..=4 {
         let token = format!("token-{i}");
         volume.rotate(&token).unwrap();
-        waiter.block_on(wait_for_token(&store, &token));
+        waiter.block_on(support::wait_for_token(&store, &token));
     }
     let status = store.status();
     assert_eq!(status.rotations, 3);
@@ -292,10 +274,10 @@ fn a_new_target_is_read_again_once_its_directory_is_watched() {
     // Re-pointed as `ln -sfn` does: a new link renamed over the old one.
     std::os::unix::fs::symlink("../b/token", root.join("app/.tmp")).unwrap();
     std::fs::rename(root.join("app/.tmp"), &link).unwrap();
-    waiter.block_on(wait_for_token(&store, "b-one"));
+    waiter.block_on(support::wait_for_token(&store, "b-one"));
     // `idle` has run nothing since: the store's loop has not watched `b` yet.
     rename_over(root.join("b/token"), "b-two").unwrap();
-    idle.block_on(wait_for_token(&store, "b-two"));
+    idle.block_on(support::wait_for_token(&store, "b-two"));
 }
 
 /// Off Linux (and under `--cfg bearer_reload_portable`) a change is read on the blocking
@@ -319,10 +301,10 @@ fn a_rotation_waits_for_the_stores_runtime_off_the_fast_path() {
     let reads = store.status().reads;
 
     volume.rotate("two").unwrap();
-    waiter.block_on(wait_for_token(&witness, "two"));
+    waiter.block_on(support::wait_for_token(&witness, "two"));
     // The watcher's thread woke both stores' loops and read neither file itself.
     assert_eq!(store.current().header_value(), "Bearer one");
     assert_eq!(store.status().reads, reads);
-    idle.block_on(wait_for_token(&store, "two"));
+    idle.block_on(support::wait_for_token(&store, "two"));
     assert!(store.status().reads > reads);
 }

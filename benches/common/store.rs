@@ -24,7 +24,7 @@ pub(crate) fn bearer_store(next: Arc<AtomicU64>) -> TokenStore {
                 let bytes = token(next.load(Ordering::Relaxed)).into_bytes();
                 async move { Ok::<_, std::io::Error>(bytes) }
             }))
-            .refresh_interval(None)
+            .no_periodic_refresh()
             .pair(),
         )
         .expect("first token");

@@ -2,7 +2,7 @@
 //! never quotes the credential's token (or its certificate's key).
 #![no_main]
 
-use bearer_reload::source::exec::fuzz_parse_credential;
+use bearer_reload::source::fuzz_parse_credential;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

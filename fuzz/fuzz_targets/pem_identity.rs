@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     runtime().block_on(async {
         let identity = IdentityStore::builder(source(data))
             .no_watch()
-            .refresh_interval(None)
+            .no_periodic_refresh()
             .load()
             .await;
         match identity {
@@ -73,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let roots = RootStore::builder(source(data))
             .no_watch()
-            .refresh_interval(None)
+            .no_periodic_refresh()
             .load()
             .await;
         if let Err(e) = roots {

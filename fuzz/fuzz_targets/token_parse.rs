@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
             let again = Token::parse(trimmed).expect("a trimmed token parses again");
-            assert!(again.same_secret(&token));
+            assert_eq!(again.header_value(), token.header_value());
         }
         Err(TokenError::TooLarge { max }) => assert!(data.len() > max),
         Err(TokenError::Empty) => assert!(data.trim_ascii().is_empty()),

@@ -9,7 +9,7 @@ async fn two_loads_of_one_file_are_two_stores() {
     let quiet = |p: &std::path::Path| {
         TokenStore::builder(FileSource::new(p))
             .no_watch()
-            .refresh_interval(None)
+            .no_periodic_refresh()
     };
     let a = quiet(&path).load().await.unwrap();
     let b = quiet(&path).load().await.unwrap();
@@ -34,7 +34,7 @@ fn debug_shows_the_source_and_the_options() {
         TokenStore::builder(FileSource::new("/var/run/token"))
             .name("api")
             .max_size(123)
-            .refresh_interval(None)
+            .no_periodic_refresh()
     );
     assert!(shown.starts_with("StoreBuilder"), "{shown}");
     for part in [
@@ -52,4 +52,18 @@ fn debug_shows_the_source_and_the_options() {
     let shown = format!("{loader:?}");
     assert!(shown.contains("refresh_interval: Some(60s)"), "{shown}");
     assert!(shown.contains("watch: []"), "{shown}");
+}
+
+#[test]
+#[should_panic(expected = "refresh_interval(999ms) is under the least interval, 1s")]
+fn a_refresh_interval_under_a_second_is_refused() {
+    let _ = TokenStore::builder(FileSource::new("/var/run/token"))
+        .refresh_interval(Duration::from_millis(999));
+}
+
+#[test]
+fn a_refresh_interval_of_a_second_or_more_is_taken_as_given() {
+    let builder = TokenStore::builder(FileSource::new("/var/run/token"));
+    let shown = format!("{:?}", builder.refresh_interval(Duration::from_secs(1)));
+    assert!(shown.contains("refresh_interval: Some(1s)"), "{shown}");
 }

@@ -28,6 +28,8 @@ use crate::tls::{IdentityStore, RootStore};
 /// builds a client on them; or set each store, built with its own options. A
 /// [`TokenStore`] alone converts into one.
 ///
+/// # Examples
+///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use bearer_reload::kube::Credentials;
@@ -58,7 +60,7 @@ impl Credentials {
     /// The stores `config` calls for, each loaded with the default options:
     ///
     /// - the token: the user's token file or exec plugin, as
-    ///   [`token_store`](Self::token_store) says;
+    ///   [`token_store_builder`](Self::token_store_builder) says;
     /// - with feature `tls`, the client identity: the user's `client-certificate` and
     ///   `client-key` files (watched, as [`IdentityStore::files`]), their `-data` (kept as
     ///   they are), or an exec plugin's `clientCertificateData`/`clientKeyData`
@@ -74,8 +76,14 @@ impl Credentials {
     /// with a `proxy_url`, or one that verifies no server (`accept_invalid_certs`), gets
     /// neither TLS store: kube's own TLS handles it, reading certificates once.
     ///
-    /// Fails, naming the path or the command, when a store cannot be loaded (kube's own
-    /// client would fail on every request instead). Must be called within a tokio runtime.
+    /// Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Load`], naming the path or the command, when a store cannot be loaded
+    /// (kube's own client would fail on every request instead); [`Error::Exec`] when the
+    /// user's `exec` section cannot be used; [`Error::Data`] when a `-data` field is not
+    /// base64.
     pub async fn load(config: &Config) -> Result<Self, Error> {
         let credentials = match Self::load_all(config).await {
             Ok(credentials) => credentials,
@@ -117,7 +125,7 @@ impl Credentials {
         };
         let builder = match &plugin {
             Some(plugin) => Some(TokenStore::builder(plugin.clone())),
-            None => Self::token_store(config)?,
+            None => Self::token_store_builder(config)?,
         };
         if let Some(builder) = builder {
             match builder.load().await {
@@ -160,15 +168,22 @@ impl Credentials {
     /// when the user authenticates otherwise (kube's own client handles it).
     ///
     /// Set the store's options on it, load it, and give the store to
-    /// [`token`](Self::token). Fails when the `exec` section cannot be used.
+    /// [`token`](Self::token).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Exec`] when the user's `exec` section cannot be used (no command, an
+    /// unknown `apiVersion`, a `v1` section without `interactiveMode`, ...).
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use bearer_reload::kube::Credentials;
     ///
-    /// let config = kube::Config::infer().await?;
-    /// let Some(builder) = Credentials::token_store(&config)? else {
+    /// let config = bearer_reload::kube::infer().await?;
+    /// let Some(builder) = Credentials::token_store_builder(&config)? else {
     ///     return Ok(()); // neither a token file nor a plugin: `kube::Client::try_from(config)`
     /// };
     /// // A plugin that waits for a browser login gets five minutes.
@@ -177,7 +192,7 @@ impl Credentials {
     /// println!("token {} from {}", store.current(), store.status().source);
     /// # let _ = client; Ok(()) }
     /// ```
-    pub fn token_store(config: &Config) -> Result<Option<StoreBuilder>, Error> {
+    pub fn token_store_builder(config: &Config) -> Result<Option<StoreBuilder>, Error> {
         Ok(match auth_in_use(&config.auth_info) {
             AuthInUse::TokenFile(path) => Some(TokenStore::builder(FileSource::new(path))),
             AuthInUse::Exec(exec) => Some(TokenStore::builder(ExecSource::try_from(exec)?)),
@@ -223,12 +238,18 @@ impl Credentials {
     ///
     /// With a client identity or a CA bundle (feature `tls`), the client sends its
     /// requests through an [`HttpsClient`](crate::tls::HttpsClient) instead of kube's
-    /// hyper client; see [TLS](super#tls). Fails then when `config` goes through a proxy,
-    /// or when an identity comes without a bundle.
+    /// hyper client; see [TLS](super#tls).
     ///
     /// Every client built from the same stores shares their credentials, their reads and
     /// their exec plugin's runs. Must be called within a tokio runtime (the stack's
     /// `Buffer` spawns its worker there).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Proxy`] when rotating TLS credentials are given for a config that goes
+    /// through a proxy; [`Error::NoRoots`] for an identity without a bundle;
+    /// [`Error::ServerName`] for a `tls_server_name` that is no name; [`Error::Kube`] when
+    /// kube cannot build its client from the config.
     ///
     /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
     pub fn client(&self, mut config: Config) -> Result<Client, Error> {
@@ -337,7 +358,7 @@ fn roots_of(config: &Config) -> Option<crate::StoreBuilder<RootStore>> {
         let pem = pem.clone();
         async move { Ok::<_, std::io::Error>(pem) }
     });
-    Some(RootStore::builder(source).no_watch().refresh_interval(None))
+    Some(RootStore::builder(source).no_watch().no_periodic_refresh())
 }
 
 /// One DER certificate as PEM.

@@ -34,7 +34,7 @@
 //!
 //! Clients built from clones of one [`Credentials`] share its stores: one read per
 //! rotation of the file, one exec plugin run per rotation, between them. To set a store's
-//! options (a plugin's time limit), build it from [`Credentials::token_store`].
+//! options (a plugin's time limit), build it from [`Credentials::token_store_builder`].
 //!
 //! # Which configs get the reloading credentials
 //!
@@ -42,7 +42,7 @@
 //! would use before it. kube picks, in this order: an auth provider, username and
 //! password, an inline `token`, a `tokenFile`, an exec plugin. So a config with both an
 //! inline token and a token file uses the inline token, and one with a token file and an
-//! exec section uses the file, as kube does. [`Credentials::token_store`] returns `None`
+//! exec section uses the file, as kube does. [`Credentials::token_store_builder`] returns `None`
 //! for the others.
 //!
 //! With feature `tls`, also those whose user presents a client certificate (files, data,
@@ -60,14 +60,14 @@
 //! again with the new token. A credential without an expiry is kept until the server
 //! refuses it. Each store runs its own plugin: clients that share a store share its runs
 //! (`plugin_runs ≤ rotations + 1` between them, as the `exec_rotation` example measures);
-//! each [`Credentials::load`] loads stores of its own. [`source::exec`](crate::source::exec)
+//! each [`Credentials::load`] loads stores of its own. [`ExecSource`](crate::source::ExecSource)
 //! says how a plugin is run.
 //!
 //! - A run may take 60 s by default
 //!   ([`default_fetch_timeout`](crate::source::TokenSource::default_fetch_timeout)), longer
 //!   than a file read's 10 s: cloud plugins log in before they answer. A plugin that waits
 //!   for the user (a browser or device-code login) may need more:
-//!   [`Credentials::token_store`] then `.fetch_timeout(Duration::from_secs(300))`.
+//!   [`Credentials::token_store_builder`] then `.fetch_timeout(Duration::from_secs(300))`.
 //! - A relative `command` with a path separator is resolved against the kubeconfig's
 //!   directory by kube's loader (`Kubeconfig::read_from`, `Config::infer`); a config built
 //!   otherwise runs it relative to the working directory.
@@ -76,7 +76,7 @@
 //!   it with [`IdentityStore::exec`](crate::tls::IdentityStore::exec), the plugin run once
 //!   for both stores); without, [`Credentials::load`] leaves it to kube's own client,
 //!   which handles certificates (and runs the plugin itself), and loading
-//!   [`Credentials::token_store`]'s builder fails with [`ExecError::ClientCertificate`].
+//!   [`Credentials::token_store_builder`]'s builder fails with [`ExecError::ClientCertificate`].
 //! - A plugin that fails when the store is loaded is an error ([`Error::Load`], naming the
 //!   command and what went wrong); a later failure keeps the last good token.
 //!
@@ -181,6 +181,14 @@ pub enum Error {
 /// `root_cert_file`, so that [`Credentials::load`] watches it (kube keeps only its bytes).
 /// In a pod, `root_cert_file` is the service account's `ca.crt` already. For a config of
 /// your own, set `root_cert_file` to the CA file to have it watched.
+///
+/// This is the config to give [`Credentials`]: kube's own `Config::infer` gives the same
+/// config without the CA file's path, so that a rotated CA bundle would not be followed.
+///
+/// # Errors
+///
+/// [`Error::Infer`] when kube finds no config: neither in-cluster variables nor a
+/// kubeconfig.
 ///
 /// [`Config::infer`]: https://docs.rs/kube/5/kube/struct.Config.html#method.infer
 pub async fn infer() -> Result<Config, Error> {
@@ -371,29 +379,36 @@ mod tests {
             token_file: Some("/run/token".into()),
             ..AuthInfo::default()
         });
-        let shown = format!("{:?}", Credentials::token_store(&file).unwrap().unwrap());
+        let shown = format!(
+            "{:?}",
+            Credentials::token_store_builder(&file).unwrap().unwrap()
+        );
         assert!(shown.contains("file /run/token"), "{shown}");
         let exec = config(AuthInfo {
             exec: Some(ExecConfig {
                 command: Some("aws".into()),
                 api_version: Some("client.authentication.k8s.io/v1".into()),
+                interactive_mode: Some(::kube::config::ExecInteractiveMode::Never),
                 ..ExecConfig::default()
             }),
             ..AuthInfo::default()
         });
-        let shown = format!("{:?}", Credentials::token_store(&exec).unwrap().unwrap());
+        let shown = format!(
+            "{:?}",
+            Credentials::token_store_builder(&exec).unwrap().unwrap()
+        );
         assert!(shown.contains("exec plugin aws"), "{shown}");
         let inline = config(AuthInfo {
             token: Some("x".to_string().into()),
             ..AuthInfo::default()
         });
-        assert!(Credentials::token_store(&inline).unwrap().is_none());
+        assert!(Credentials::token_store_builder(&inline).unwrap().is_none());
         let broken = config(AuthInfo {
             exec: Some(ExecConfig::default()),
             ..AuthInfo::default()
         });
         assert!(matches!(
-            Credentials::token_store(&broken),
+            Credentials::token_store_builder(&broken),
             Err(Error::Exec(_))
         ));
     }

@@ -79,21 +79,33 @@ enum OwnHeader {
     Replace,
 }
 
+/// What a refusal does by default ([`BearerLayer`]'s and
+/// [`BearerMiddleware`](crate::reqwest::BearerMiddleware)'s `R`): the token is reloaded
+/// for the requests that follow, and the refused request goes back to its caller.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRetry;
+
+/// What a refusal does after `retry_unauthorized()`: the token is reloaded, and the refused
+/// request is sent once more with the new token (see [`RetryFuture`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RetryUnauthorized;
+
 /// Layer that adds the store's current bearer token to every request and reloads the token
 /// when a server refuses it.
 ///
 /// `C` tells a refusal (HTTP 401 by default, [`classifier`](Self::classifier) for gRPC's);
-/// `RETRY` says whether the refused request itself is sent once more with the new token
-/// ([`retry_unauthorized`](Self::retry_unauthorized)) or goes back to the caller. The two
-/// are independent: set them in any order.
+/// `R` says whether the refused request itself is sent once more with the new token
+/// ([`RetryUnauthorized`], set by [`retry_unauthorized`](Self::retry_unauthorized)) or goes
+/// back to the caller ([`NoRetry`]). The two are independent: set them in any order.
 ///
 /// See the [module docs](crate::layer) for an example, and
 /// [the crate docs](crate#where-the-layer-goes) for where it goes in a stack.
 #[derive(Debug, Clone)]
-pub struct BearerLayer<C = Http401, const RETRY: bool = false> {
+pub struct BearerLayer<C = Http401, R = NoRetry> {
     store: TokenStore,
     own_header: OwnHeader,
     classifier: C,
+    retry: R,
 }
 
 impl BearerLayer {
@@ -104,19 +116,21 @@ impl BearerLayer {
             store,
             own_header: OwnHeader::Keep,
             classifier: Http401,
+            retry: NoRetry,
         }
     }
 }
 
-impl<C, const RETRY: bool> BearerLayer<C, RETRY> {
+impl<C, R> BearerLayer<C, R> {
     /// Use `classifier` to tell unauthorized responses (for example
     /// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated)), for the reload and
     /// for the retry alike.
-    pub fn classifier<D: Unauthorized>(self, classifier: D) -> BearerLayer<D, RETRY> {
+    pub fn classifier<D: Unauthorized>(self, classifier: D) -> BearerLayer<D, R> {
         BearerLayer {
             store: self.store,
             own_header: self.own_header,
             classifier,
+            retry: self.retry,
         }
     }
 
@@ -124,11 +138,12 @@ impl<C, const RETRY: bool> BearerLayer<C, RETRY> {
     /// (see [`RetryFuture`]): once at most, only when the reload found a newer token, and
     /// only when the body can be sent again ([`TryCloneBody`](crate::body::TryCloneBody):
     /// buffered bodies, or any body in a [`ReplayBody`](crate::body::ReplayBody)).
-    pub fn retry_unauthorized(self) -> BearerLayer<C, true> {
+    pub fn retry_unauthorized(self) -> BearerLayer<C, RetryUnauthorized> {
         BearerLayer {
             store: self.store,
             own_header: self.own_header,
             classifier: self.classifier,
+            retry: RetryUnauthorized,
         }
     }
 
@@ -140,21 +155,17 @@ impl<C, const RETRY: bool> BearerLayer<C, RETRY> {
         self.own_header = OwnHeader::Replace;
         self
     }
-
-    /// The store the layer reads.
-    pub fn store(&self) -> &TokenStore {
-        &self.store
-    }
 }
 
-impl<S, C: Clone, const RETRY: bool> Layer<S> for BearerLayer<C, RETRY> {
-    type Service = BearerService<S, C, RETRY>;
+impl<S, C: Clone, R: Clone> Layer<S> for BearerLayer<C, R> {
+    type Service = BearerService<S, C, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         BearerService {
             inner,
             auth: Authorizer::new(&self.store, self.own_header),
             classifier: self.classifier.clone(),
+            retry: self.retry.clone(),
         }
     }
 }
@@ -184,14 +195,14 @@ impl Authorizer {
     /// generation of the token it set (at least 1), or [`KEPT`].
     #[inline]
     fn authorize(&mut self, headers: &mut HeaderMap) -> u64 {
-        // A generation atomic rather than `arc_swap::Cache`: Cache measured 0.6-2.3% slower
-        // under divan and 0.2-1.6% faster in paired rounds (BENCHMARKS.md): no gain.
+        // A generation atomic rather than `arc_swap::Cache`, which measured no faster
+        // (BENCHMARKS.md, "The cached-token check and `arc_swap::Cache`").
         if !self.store.is_current(&self.cached) {
             self.store.catch_up(&mut self.cached);
         }
         let value = self.cached.header_value().clone();
         // `insert`, then put a request's own value back: one hash probe on the common path
-        // (no header yet), where `entry` costs about 15 ns more.
+        // (no header yet), where `entry` measured slower (BENCHMARKS.md, "`insert` over `entry`").
         if let Some(own) = headers.insert(AUTHORIZATION, value)
             && self.own_header == OwnHeader::Keep
         {
@@ -205,26 +216,27 @@ impl Authorizer {
 
 /// Service that adds the store's current bearer token to every request and reloads the
 /// token when a server refuses it; built by [`BearerLayer`], whose docs say what `C` and
-/// `RETRY` are.
+/// `R` are.
 #[derive(Clone)]
-pub struct BearerService<S, C = Http401, const RETRY: bool = false> {
+pub struct BearerService<S, C = Http401, R = NoRetry> {
     inner: S,
     auth: Authorizer,
     classifier: C,
+    retry: R,
 }
 
-impl<S: fmt::Debug, C: fmt::Debug, const RETRY: bool> fmt::Debug for BearerService<S, C, RETRY> {
+impl<S: fmt::Debug, C: fmt::Debug, R: fmt::Debug> fmt::Debug for BearerService<S, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BearerService")
             .field("inner", &self.inner)
             .field("store", &self.auth.store)
             .field("classifier", &self.classifier)
-            .field("retry", &RETRY)
+            .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, C, const RETRY: bool> BearerService<S, C, RETRY> {
+impl<S, C, R> BearerService<S, C, R> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -239,14 +251,9 @@ impl<S, C, const RETRY: bool> BearerService<S, C, RETRY> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The store the service reads.
-    pub fn store(&self) -> &TokenStore {
-        &self.auth.store
-    }
 }
 
-impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, false>
+impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, NoRetry>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
     C: Unauthorized,

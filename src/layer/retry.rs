@@ -13,14 +13,14 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::BearerService;
 use super::refused::AfterRefusal;
+use super::{BearerService, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
 use crate::resend::{Failure, clone_request, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
-impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, true>
+impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, RetryUnauthorized>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
     B: TryCloneBody,

@@ -26,7 +26,7 @@ impl Source {
                 Ok::<_, Infallible>(s.token.lock().unwrap().as_bytes().to_vec())
             }
         })
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -354,7 +354,7 @@ async fn gated_store(
             }
         }
     })
-    .refresh_interval(None)
+    .no_periodic_refresh()
     .load()
     .await
     .unwrap();
@@ -427,13 +427,13 @@ async fn a_service_shows_its_inner_service_store_and_retry_and_no_token() {
         "Inner",
         "TokenStore",
         "Http401",
-        "retry: false",
+        "retry: NoRetry",
     ] {
         assert!(shown.contains(part), "{part}: {shown}");
     }
     let retrying = BearerLayer::new(store).retry_unauthorized().layer(Inner);
     assert!(
-        format!("{retrying:?}").contains("retry: true"),
+        format!("{retrying:?}").contains("retry: RetryUnauthorized"),
         "{retrying:?}"
     );
     assert!(!shown.contains("secret"), "{shown}");

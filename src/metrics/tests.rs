@@ -98,7 +98,7 @@ impl Scripted {
                 Ok(this.token.lock().unwrap().clone().into_bytes())
             }
         })
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .name(name)
     }
 }
@@ -183,7 +183,7 @@ async fn the_watch_state_gauge_follows_the_directory() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("token"), "one").unwrap();
     let store = crate::test_support::file(dir.join("token"))
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .name("watched")
         .load()
         .await
@@ -236,7 +236,7 @@ async fn the_dates_are_timestamps_that_the_reads_set() {
         n: Arc::default(),
     };
     let store = TokenStore::builder(source)
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .clock(clock)
         .load()
         .await
@@ -302,7 +302,7 @@ async fn a_rotator_that_stops_raises_the_stall_once_and_a_rotation_clears_it() {
     let source = Scripted::new(&jwt(T0, T0 + 3600));
     let store: TokenStore = source
         .loader("stalling")
-        .refresh_interval(Some(Duration::from_secs(60)))
+        .refresh_interval(Duration::from_secs(60))
         .clock(clock)
         .load()
         .await

@@ -9,7 +9,8 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderValue;
 
 use super::error::Error;
-use super::request::{Form, read_token_file};
+use super::form::{Form, encode_into};
+use super::token_file::read_token_file;
 
 /// RFC 7523's client assertion type: a JWT.
 pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -18,8 +19,10 @@ pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type
 /// registered with one (`token_endpoint_auth_method`).
 ///
 /// Given whole to [`ClientCredentials::new`](super::ClientCredentials::new) or
-/// [`TokenExchange::auth`](super::TokenExchange::auth), so that a client has exactly one.
+/// [`TokenExchange::new`](super::TokenExchange::new), so that a client has exactly one.
 /// `Debug` shows the method and the secret's length, never the secret.
+///
+/// # Examples
 ///
 /// ```
 /// use bearer_reload::oauth2::ClientAuth;
@@ -112,9 +115,9 @@ impl ClientAuth {
 /// `Basic base64(urlencode(id) ":" urlencode(secret))`, marked sensitive.
 pub(super) fn basic(client_id: &str, secret: &str) -> HeaderValue {
     let mut pair = String::new();
-    super::request::encode_into(&mut pair, client_id);
+    encode_into(&mut pair, client_id);
     pair.push(':');
-    super::request::encode_into(&mut pair, secret);
+    encode_into(&mut pair, secret);
     let mut value = HeaderValue::try_from(format!("Basic {}", STANDARD.encode(pair)))
         .expect("base64 is a valid header value");
     value.set_sensitive(true);

@@ -7,7 +7,8 @@ use http::Uri;
 
 use super::auth::ClientAuth;
 use super::error::Error;
-use super::request::{Endpoint, Form};
+use super::form::Form;
+use super::request::Endpoint;
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
 
@@ -17,9 +18,8 @@ use crate::tls::RootStore;
 /// Each fetch POSTs `grant_type=client_credentials` (with the scope, audiences and
 /// resources given) to the token endpoint over HTTPS, authenticated by the
 /// [`ClientAuth`] given to [`new`](Self::new), and verifies the server with the CA bundle
-/// given to [`roots`](Self::roots) (required: without it the first fetch, that is
-/// [`load`](crate::StoreBuilder::load), fails with [`Error::NoRoots`]). The store built
-/// on it is the cache:
+/// given there too (a [`RootStore`], which follows the bundle as it rotates). The store
+/// built on it is the cache:
 ///
 /// - **Refresh**: the answer's `expires_in` becomes the token's expiry, and the store's
 ///   timer fetches a new token before it, by the store's margin (a tenth of the lifetime,
@@ -31,6 +31,8 @@ use crate::tls::RootStore;
 /// - **Failures** (an `invalid_client` after the secret was rotated at the server, a 5xx,
 ///   a refused connection) keep the last good token while it is valid; the store tries
 ///   again after 1 s, 2 s, 4 s ..., and reports the [`Error`].
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -47,8 +49,8 @@ use crate::tls::RootStore;
 ///     "https://idp.example/oauth2/token".parse()?,
 ///     "billing",
 ///     ClientAuth::client_secret_basic(secret),
+///     roots,
 /// )
-/// .roots(roots)
 /// .scope("invoices.read")
 /// .resource("https://api.example");
 /// let store = TokenStore::builder(source).load().await?;
@@ -74,21 +76,20 @@ impl fmt::Debug for ClientCredentials {
 
 impl ClientCredentials {
     /// Tokens of `client_id` from `token_endpoint` (an `https://` URI: another scheme
-    /// fails the first fetch with [`Error::InsecureEndpoint`]), authenticated by `auth`.
+    /// fails the first fetch with [`Error::InsecureEndpoint`]), authenticated by `auth`,
+    /// the endpoint verified with `roots`.
     ///
     /// [`ClientAuth::none`] is refused by the server: the grant is for confidential
     /// clients.
-    pub fn new(token_endpoint: Uri, client_id: impl Into<String>, auth: ClientAuth) -> Self {
+    pub fn new(
+        token_endpoint: Uri,
+        client_id: impl Into<String>,
+        auth: ClientAuth,
+        roots: RootStore,
+    ) -> Self {
         Self {
-            endpoint: Endpoint::new(token_endpoint, client_id.into(), auth),
+            endpoint: Endpoint::new(token_endpoint, client_id.into(), auth, roots),
         }
-    }
-
-    /// The CA bundle that verifies the token endpoint (required): a [`RootStore`], which
-    /// follows the bundle as it rotates. Calling it again replaces the bundle.
-    pub fn roots(mut self, roots: RootStore) -> Self {
-        self.endpoint.set_roots(roots);
-        self
     }
 
     /// Adds a scope; the scopes go in one `scope` parameter, space-separated, in the order

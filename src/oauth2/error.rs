@@ -31,9 +31,6 @@ pub enum Error {
         /// The endpoint given.
         endpoint: Uri,
     },
-    /// No CA bundle to verify the token endpoint with: give one with `.roots(..)`.
-    #[error("no CA bundle to verify the token endpoint with: give one with .roots(..)")]
-    NoRoots,
     /// The client assertion or subject token file could not be read.
     #[error("cannot read the {what} file {}", path.display())]
     ReadFile {

@@ -7,7 +7,8 @@ use http::Uri;
 
 use super::auth::ClientAuth;
 use super::error::Error;
-use super::request::{Endpoint, Form};
+use super::form::Form;
+use super::request::Endpoint;
 use crate::TokenStore;
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
@@ -26,16 +27,17 @@ pub(super) const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 /// token file that the kubelet rotates, a `TokenRequestSource`, another exchange: the
 /// store keeps it fresh, and a bad read never replaces it) and POSTs
 /// `grant_type=urn:ietf:params:oauth:grant-type:token-exchange` with it, its
-/// `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`) and the parameters given, over
-/// HTTPS verified by the CA bundle given to [`roots`](Self::roots) (required, as for
-/// [`ClientCredentials`](super::ClientCredentials)). The client authenticates as
-/// [`auth`](Self::auth) says; by default it is a public client ([`ClientAuth::none`]),
-/// which sends its `client_id`. Refresh, 401s and failures are the store's, as for
-/// [`ClientCredentials`](super::ClientCredentials).
+/// `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`) and the
+/// parameters given, over HTTPS verified by the CA bundle given to [`new`](Self::new).
+/// The client authenticates as the [`ClientAuth`] given there says: a public client
+/// ([`ClientAuth::none`]) sends its `client_id` alone. Refresh, 401s and failures are the
+/// store's, as for [`ClientCredentials`](super::ClientCredentials).
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// use bearer_reload::oauth2::TokenExchange;
+/// use bearer_reload::oauth2::{ClientAuth, TokenExchange};
 /// use bearer_reload::source::FileSource;
 /// use bearer_reload::tls::RootStore;
 /// use bearer_reload::TokenStore;
@@ -44,10 +46,15 @@ pub(super) const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 /// let subject = TokenStore::builder(FileSource::new("/var/run/secrets/tokens/idp-token"))
 ///     .load()
 ///     .await?;
-/// let source = TokenExchange::new("https://idp.example/token".parse()?, "payments", subject)
-///     .roots(roots)
-///     .audience("https://ledger.example")
-///     .scope("ledger.write");
+/// let source = TokenExchange::new(
+///     "https://idp.example/token".parse()?,
+///     "payments",
+///     ClientAuth::none(),
+///     roots,
+///     subject,
+/// )
+/// .audience("https://ledger.example")
+/// .scope("ledger.write");
 /// let store = TokenStore::builder(source).load().await?;
 /// # let _ = store; Ok(()) }
 /// ```
@@ -71,30 +78,22 @@ impl fmt::Debug for TokenExchange {
 }
 
 impl TokenExchange {
-    /// Tokens for `client_id` from `token_endpoint` (an `https://` URI), in exchange for
-    /// `subject`'s current token at each fetch; a public client until
-    /// [`auth`](Self::auth) says otherwise.
-    pub fn new(token_endpoint: Uri, client_id: impl Into<String>, subject: TokenStore) -> Self {
+    /// Tokens for `client_id` from `token_endpoint` (an `https://` URI, verified with
+    /// `roots`), authenticated by `auth` ([`ClientAuth::none`] for a public client), in
+    /// exchange for `subject`'s current token at each fetch.
+    pub fn new(
+        token_endpoint: Uri,
+        client_id: impl Into<String>,
+        auth: ClientAuth,
+        roots: RootStore,
+        subject: TokenStore,
+    ) -> Self {
         Self {
-            endpoint: Endpoint::new(token_endpoint, client_id.into(), ClientAuth::none()),
+            endpoint: Endpoint::new(token_endpoint, client_id.into(), auth, roots),
             subject,
             subject_token_type: TOKEN_TYPE_JWT.to_owned(),
             requested_token_type: None,
         }
-    }
-
-    /// How the client authenticates (default [`ClientAuth::none`], a public client).
-    /// Calling it again replaces the method: a client has one.
-    pub fn auth(mut self, auth: ClientAuth) -> Self {
-        self.endpoint.auth = auth;
-        self
-    }
-
-    /// The CA bundle that verifies the token endpoint (required). Calling it again
-    /// replaces the bundle.
-    pub fn roots(mut self, roots: RootStore) -> Self {
-        self.endpoint.set_roots(roots);
-        self
     }
 
     /// The `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`):

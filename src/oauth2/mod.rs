@@ -27,7 +27,8 @@
 //! `client_secret_basic` is marked sensitive.
 //!
 //! The token endpoint must be `https://`, and verified with a CA bundle you give
-//! (`.roots(RootStore)`): the crate carries no system trust store. For a public
+//! (a [`RootStore`](crate::tls::RootStore), an argument of each grant's `new`): the
+//! crate carries no system trust store. For a public
 //! endpoint, load the system's bundle (`/etc/ssl/certs/ca-certificates.crt` on Debian
 //! and Ubuntu, `/etc/pki/tls/certs/ca-bundle.crt` on Fedora and RHEL) into a
 //! [`RootStore`](crate::tls::RootStore).
@@ -49,9 +50,8 @@
 //!     .await?;
 //! // A Kubernetes workload federated with the IdP: its projected token is the assertion.
 //! let auth = ClientAuth::client_assertion_file("/var/run/secrets/tokens/idp");
-//! let source = ClientCredentials::new("https://idp.example/token".parse()?, "reports", auth)
-//!     .roots(roots)
-//!     .scope("metrics.read");
+//! let endpoint = "https://idp.example/token".parse()?;
+//! let source = ClientCredentials::new(endpoint, "reports", auth, roots).scope("metrics.read");
 //! let store = TokenStore::builder(source).load().await?;
 //!
 //! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
@@ -70,7 +70,9 @@ mod auth;
 mod client_credentials;
 mod error;
 mod exchange;
+mod form;
 mod request;
+mod token_file;
 
 pub use auth::ClientAuth;
 pub use client_credentials::ClientCredentials;

@@ -2,7 +2,6 @@
 //! read into a [`Fetched`] or an [`Error`].
 
 use std::fmt;
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,96 +14,12 @@ use tower_service::Service;
 
 use super::auth::ClientAuth;
 use super::error::Error;
+use super::form::Form;
 use crate::source::{FetchContext, Fetched};
 use crate::tls::{HttpsClient, RootStore};
 
 /// The largest answer read from the token endpoint.
 const MAX_RESPONSE: usize = 1024 * 1024;
-
-/// The largest client assertion or subject token file read.
-const MAX_FILE: u64 = 64 * 1024;
-
-/// An `application/x-www-form-urlencoded` body being built. Its values include secrets:
-/// `Debug` shows the names alone.
-#[derive(Default)]
-pub(super) struct Form(String);
-
-impl Form {
-    pub(super) fn push(&mut self, name: &str, value: &str) {
-        if !self.0.is_empty() {
-            self.0.push('&');
-        }
-        encode_into(&mut self.0, name);
-        self.0.push('=');
-        encode_into(&mut self.0, value);
-    }
-
-    pub(super) fn into_body(self) -> Bytes {
-        Bytes::from(self.0)
-    }
-
-    #[cfg(test)]
-    pub(super) fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Form {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names = self.0.split('&').filter_map(|pair| pair.split('=').next());
-        f.debug_list().entries(names).finish()
-    }
-}
-
-/// Appends `s` form-urlencoded (the WHATWG `application/x-www-form-urlencoded` byte
-/// serializer, which RFC 6749 Appendix B asks for): unreserved bytes as they are, space
-/// as `+`, the rest `%XX`.
-pub(super) fn encode_into(out: &mut String, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for byte in s.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(char::from(byte));
-            }
-            b' ' => out.push('+'),
-            _ => {
-                out.push('%');
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 0xf)]));
-            }
-        }
-    }
-}
-
-/// Reads a token (an assertion, a subject token) from `path`: one line of visible ASCII
-/// once surrounding whitespace is trimmed. Errors name the file, never its content.
-pub(super) async fn read_token_file(what: &'static str, path: &Path) -> Result<String, Error> {
-    let read_error = |source| Error::ReadFile {
-        what,
-        path: path.to_owned(),
-        source,
-    };
-    let bad = |problem| Error::BadFile {
-        what,
-        path: path.to_owned(),
-        problem,
-    };
-    let len = tokio::fs::metadata(path).await.map_err(read_error)?.len();
-    if len > MAX_FILE {
-        return Err(bad("is larger than 64 KiB"));
-    }
-    let bytes = tokio::fs::read(path).await.map_err(read_error)?;
-    let token = bytes.trim_ascii();
-    if token.is_empty() {
-        return Err(bad("is empty"));
-    }
-    if !token.iter().all(|b| (0x21..=0x7e).contains(b)) {
-        return Err(bad(
-            "holds more than one token, or characters a token cannot have",
-        ));
-    }
-    Ok(String::from_utf8(token.to_vec()).expect("visible ASCII is UTF-8"))
-}
 
 /// What both grants share: where to ask, who asks, and what for.
 #[derive(Clone)]
@@ -112,7 +27,7 @@ pub(super) struct Endpoint {
     pub(super) uri: Uri,
     pub(super) client_id: String,
     pub(super) auth: ClientAuth,
-    pub(super) https: Option<HttpsClient<Full<Bytes>>>,
+    pub(super) https: HttpsClient<Full<Bytes>>,
     pub(super) scopes: Vec<String>,
     pub(super) audiences: Vec<String>,
     pub(super) resources: Vec<String>,
@@ -127,26 +42,21 @@ impl fmt::Debug for Endpoint {
             .field("scopes", &self.scopes)
             .field("audiences", &self.audiences)
             .field("resources", &self.resources)
-            .field("roots", &self.https.is_some())
             .finish()
     }
 }
 
 impl Endpoint {
-    pub(super) fn new(uri: Uri, client_id: String, auth: ClientAuth) -> Self {
+    pub(super) fn new(uri: Uri, client_id: String, auth: ClientAuth, roots: RootStore) -> Self {
         Self {
             uri,
             client_id,
             auth,
-            https: None,
+            https: HttpsClient::new(roots),
             scopes: Vec::new(),
             audiences: Vec::new(),
             resources: Vec::new(),
         }
-    }
-
-    pub(super) fn set_roots(&mut self, roots: RootStore) {
-        self.https = Some(HttpsClient::new(roots));
     }
 
     /// Adds the scope, audiences, resources and client authentication to `form` (which
@@ -161,7 +71,7 @@ impl Endpoint {
                 endpoint: self.uri.clone(),
             });
         }
-        let mut https = self.https.clone().ok_or(Error::NoRoots)?;
+        let mut https = self.https.clone();
         if !self.scopes.is_empty() {
             form.push("scope", &self.scopes.join(" "));
         }

@@ -43,7 +43,6 @@ mod subscriber;
 mod table;
 
 use dispatch::dispatch;
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
 pub(super) use signal::ReadNow;
 pub(super) use signal::Signal;
 pub(super) use subscriber::Subscriber;

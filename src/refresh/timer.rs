@@ -52,7 +52,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(300);
 
 /// The shortest period: a shorter one (zero above all) would read the source in a loop.
-const MIN_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const MIN_PERIOD: Duration = Duration::from_secs(1);
 
 /// How far a periodic read is spread past the period: 5% of it, at least a second, at most
 /// a quarter of the period.
@@ -152,7 +152,9 @@ pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock
 
 /// Whether the source asked for `token` to be fetched again at once.
 fn due_at_once(token: &Token) -> bool {
-    token.refresh_at().is_some_and(|at| at <= token.loaded_at())
+    token
+        .source_refresh_at()
+        .is_some_and(|at| at <= token.loaded_at())
 }
 
 /// The wait before the next attempt: the `backoff`, but while the token has not expired no
@@ -171,11 +173,13 @@ fn retry_wait(backoff: Duration, token: &Token, now: SystemTime) -> Duration {
 fn next_moment(token: &Token, after: SystemTime) -> Option<SystemTime> {
     let moments = match token.source_expiry() {
         Some(exp) => [
-            token.refresh_at().or_else(|| before_expiry(token, exp)),
+            token
+                .source_refresh_at()
+                .or_else(|| before_expiry(token, exp)),
             Some(exp),
             None,
         ],
-        None if token.refresh_at().is_some() => [token.refresh_at(), None, None],
+        None if token.source_refresh_at().is_some() => [token.source_refresh_at(), None, None],
         None => {
             let claims = token.kind().claims();
             [

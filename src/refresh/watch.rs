@@ -11,13 +11,15 @@
 //! temporary file's are for another name) cost one read: those that came before the read
 //! started are answered by it.
 //!
-//! On Linux, a file on a local filesystem is read before that, as the event comes, on the
-//! watcher's own thread ([`FileSource`](crate::source::FileSource) explains how that read
-//! cannot block): no tokio task, no blocking thread between the kernel's event and the new
-//! token. The loop then finds the event answered and reads nothing; it still follows the
-//! chain. Whatever that read cannot do (another source, a network mount, a failed read)
-//! is left to the loop's read, with its time limit and retries. Other systems (and a Linux
-//! build with `--cfg bearer_reload_portable`) leave every read to the loop. A read that fails right after an event (a half-written file) is retried
+//! A source that can read without blocking
+//! ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now): on Linux, a
+//! [`FileSource`](crate::source::FileSource) on a local filesystem, or a source wrapping
+//! one) is read before that, as the event comes, on the watcher's own thread: no tokio
+//! task, no blocking thread between the kernel's event and the new token. The loop then
+//! finds the event answered and reads nothing; it still follows the chain. Whatever that
+//! read cannot do (another source, a network mount, a failed read, any file on other
+//! systems) is left to the loop's read, with its time limit and retries. A read that fails
+//! right after an event (a half-written file) is retried
 //! after 10, 50 and 250 ms, or sooner on the next event, and only the last failure is
 //! reported. Reads of the stores of one directory go through its
 //! [`read_limit`](super::registry::Registry::read_limit), a few at a time, so an event that
@@ -38,9 +40,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::chain::{ChainError, Start};
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-use super::registry::ReadNow;
-use super::registry::{GLOBAL, Registry, Signal, Subscriber};
+use super::registry::{GLOBAL, ReadNow, Registry, Signal, Subscriber};
 use crate::source::Trigger;
 use crate::store::{OnFailure, Recency, WatchState, WeakStore};
 use crate::sync::lock;
@@ -118,19 +118,12 @@ fn watch_part(
     watcher.run()
 }
 
-/// The store's signal: on Linux it reads the store's file on the event's thread, when its
-/// source can without blocking.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+/// The store's signal: it reads the store's source on the event's thread, when the source
+/// can without blocking ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)).
 fn signal(store: &WeakStore) -> Signal {
     let store = store.clone();
     let read: ReadNow = Box::new(move || store.read_now(Trigger::Watch));
     Signal::reading(read)
-}
-
-/// The store's signal: every read is the loop's, on the blocking pool.
-#[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
-fn signal(_: &WeakStore) -> Signal {
-    Signal::default()
 }
 
 /// Runs every loop until all have ended.

@@ -1,66 +1,4 @@
-//! [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
-//! `gke-gcloud-auth-plugin`, `kubelogin`, Teleport, Pinniped) as a token source.
-//!
-//! The plugin is run as client-go runs it: the process's environment plus the configured
-//! `env`, and `KUBERNETES_EXEC_INFO` holding an `ExecCredential` with `spec.interactive`
-//! (and `spec.cluster` when the cluster is provided). It prints an `ExecCredential` of the
-//! same `apiVersion` whose `status.token` becomes the token and whose
-//! `status.expirationTimestamp`, when present, its expiry.
-//!
-//! The store built on it does the rest:
-//! - the plugin runs in a child process (`tokio::process`, no worker blocked), never twice
-//!   at once, with a time limit (60 s by default for this source); a run that goes over
-//!   the limit (or fails) ends with the plugin killed. On Unix a plugin that does not
-//!   share the terminal runs in a process group of its own, killed whole, so that a
-//!   wrapper's children (`sh -c 'helper & wait'`) do not outlive it; on Windows only the
-//!   plugin process itself is killed, and processes it started may keep running;
-//! - a credential with an expiry is fetched again before it expires, by a tenth of its
-//!   lifetime (at least a minute, at most half of it) less a per-token jitter; one without
-//!   an expiry is kept until a server refuses it;
-//! - a 401 runs the plugin again (once per burst of 401s, at most once a second while the
-//!   new token keeps being refused), and with
-//!   [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) the request is sent
-//!   again with the new token;
-//! - a failed run (not found, non-zero exit, invalid output, an empty token, the wrong
-//!   `kind` or `apiVersion`) keeps the last good token and is reported with an
-//!   [`ExecError`] that says which, after the command.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use bearer_reload::TokenStore;
-//! use bearer_reload::source::ExecSource;
-//!
-//! let credential = r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1",
-//!                      "status":{"token":"abc","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#;
-//! let plugin = ExecSource::new("echo")
-//!     .arg(credential)
-//!     .never_interactive();
-//! let store = TokenStore::builder(plugin).load().await?;
-//! assert_eq!(store.current().header_value(), "Bearer abc");
-//! assert!(store.status().expires_at.is_some());
-//! # Ok(()) }
-//! ```
-//!
-//! With the `kube` feature, an `ExecSource` converts from a kubeconfig's
-//! `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`, with the cluster for
-//! `provideClusterInfo`), and [`bearer_reload::kube`] uses it for every config whose user
-//! has an `exec` section. A credential that holds a client certificate and no token fails
-//! a token store ([`ExecError::ClientCertificate`]); with feature `tls`,
-//! `tls::IdentityStore::exec` loads its certificate and key as a client identity (and
-//! [`bearer_reload::kube`] does so for a config whose plugin returns one).
-//!
-//! # Sharing one plugin between clients
-//!
-//! Each store runs its own plugin. Clients of one kubeconfig user that should run the
-//! plugin once per rotation between them share one store: load it once and give a clone
-//! to each client (see [`bearer_reload::kube`]).
-//!
-#![cfg_attr(feature = "kube", doc = "[`bearer_reload::kube`]: crate::kube")]
-#![cfg_attr(
-    not(feature = "kube"),
-    doc = "[`bearer_reload::kube`]: crate#feature-flags"
-)]
+//! [`ExecSource`]: a Kubernetes exec credential plugin as a token source.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -113,15 +51,74 @@ pub(crate) enum InteractiveMode {
     Always,
 }
 
-/// A Kubernetes exec credential plugin, run as a token source (see the
-/// [module docs](self)).
+/// A Kubernetes exec credential plugin (`aws eks get-token`,
+/// `gke-gcloud-auth-plugin`, `kubelogin`, Teleport, Pinniped) as a token source.
 ///
-/// Built by hand with [`ExecSource::new`] and its setters, or (feature `kube`) from a
-/// kubeconfig's `ExecConfig` with `ExecSource::try_from(&exec)`.
+/// The plugin is run as client-go runs it: the process's environment plus the configured
+/// `env`, and `KUBERNETES_EXEC_INFO` holding an `ExecCredential` with `spec.interactive`
+/// (and `spec.cluster` when the cluster is provided). It prints an `ExecCredential` of the
+/// same `apiVersion` whose `status.token` becomes the token and whose
+/// `status.expirationTimestamp`, when present, its expiry. Built by hand with
+/// [`ExecSource::new`] and its setters, or (feature `kube`) from a kubeconfig's
+/// `ExecConfig` with `ExecSource::try_from(&exec)`.
 ///
-/// A plugin that times out is killed: on Unix with its whole process group (unless it
-/// shares the terminal, where it stays in the terminal's group so that it may prompt), on
-/// Windows only the plugin process itself, not the processes it started.
+/// The store built on it does the rest:
+/// - the plugin runs in a child process (`tokio::process`, no worker blocked), never twice
+///   at once, with a time limit (60 s by default for this source); a run that goes over
+///   the limit (or fails) ends with the plugin killed. On Unix a plugin that does not
+///   share the terminal runs in a process group of its own, killed whole, so that a
+///   wrapper's children (`sh -c 'helper & wait'`) do not outlive it; on Windows only the
+///   plugin process itself is killed, and processes it started may keep running;
+/// - a credential with an expiry is fetched again before it expires, by a tenth of its
+///   lifetime (at least a minute, at most half of it) less a per-token jitter; one without
+///   an expiry is kept until a server refuses it;
+/// - a 401 runs the plugin again (once per burst of 401s, at most once a second while the
+///   new token keeps being refused), and with
+///   [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) the request is sent
+///   again with the new token;
+/// - a failed run (not found, non-zero exit, invalid output, an empty token, the wrong
+///   `kind` or `apiVersion`) keeps the last good token and is reported with an
+///   [`ExecError`] that says which, after the command.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use bearer_reload::TokenStore;
+/// use bearer_reload::source::ExecSource;
+///
+/// let credential = r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1",
+///                      "status":{"token":"abc","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#;
+/// let plugin = ExecSource::new("echo")
+///     .arg(credential)
+///     .never_interactive();
+/// let store = TokenStore::builder(plugin).load().await?;
+/// assert_eq!(store.current().header_value(), "Bearer abc");
+/// assert!(store.status().expires_at.is_some());
+/// # Ok(()) }
+/// ```
+///
+/// # From a kubeconfig
+///
+/// With the `kube` feature, an `ExecSource` converts from a kubeconfig's
+/// `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`, with the cluster for
+/// `provideClusterInfo`), and [`bearer_reload::kube`] uses it for every config whose user
+/// has an `exec` section. A credential that holds a client certificate and no token fails
+/// a token store ([`ExecError::ClientCertificate`]); with feature `tls`,
+/// `tls::IdentityStore::exec` loads its certificate and key as a client identity (and
+/// [`bearer_reload::kube`] does so for a config whose plugin returns one).
+///
+/// # Sharing one plugin between clients
+///
+/// Each store runs its own plugin. Clients of one kubeconfig user that should run the
+/// plugin once per rotation between them share one store: load it once and give a clone
+/// to each client (see [`bearer_reload::kube`]).
+#[cfg_attr(feature = "kube", doc = "[`bearer_reload::kube`]: crate::kube")]
+#[cfg_attr(
+    not(feature = "kube"),
+    doc = "[`bearer_reload::kube`]: crate#feature-flags"
+)]
 #[derive(Clone)]
 pub struct ExecSource {
     command: PathBuf,

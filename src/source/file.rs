@@ -63,6 +63,8 @@ pub enum FileError {
 
 /// A token file, read whole on every fetch.
 ///
+/// # Examples
+///
 /// ```no_run
 /// # async fn run() -> Result<(), bearer_reload::LoadError> {
 /// use bearer_reload::TokenStore;
@@ -127,6 +129,13 @@ impl FileSource {
         let (dir, name) = self.split()?;
         now::read(dir, name, local, max_size)
     }
+
+    /// Off Linux (and under `--cfg bearer_reload_portable`) no read is known not to block:
+    /// every read is [`fetch`](TokenSource::fetch)'s.
+    #[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
+    pub(crate) fn read_now(&self, _max_size: usize) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Clears the busy mark when the blocking read ends, or is dropped unrun.
@@ -189,6 +198,10 @@ impl TokenSource for FileSource {
 
     fn default_refresh_interval(&self) -> Option<Duration> {
         Some(super::FILE_REFRESH_INTERVAL)
+    }
+
+    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
+        self.read_now(cx.max_size()).map(Fetched::new)
     }
 }
 

@@ -18,6 +18,8 @@ type LoadFn =
 /// [`LoadError::downcast_ref`](crate::LoadError::downcast_ref) gets it back. A closure must
 /// not put the token in its errors.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), bearer_reload::LoadError> {

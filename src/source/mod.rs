@@ -62,14 +62,17 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-pub mod exec;
 use crate::clock::Clock;
 
+mod exec;
 mod file;
 mod func;
 #[cfg(feature = "kube")]
 mod token_request;
 
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use exec::fuzz_parse_credential;
 pub use exec::{ExecError, ExecSource};
 pub use file::{FileError, FileSource};
 pub use func::FnSource;
@@ -314,6 +317,20 @@ pub trait TokenSource: Send + Sync + 'static {
     fn default_fetch_timeout(&self) -> Duration {
         DEFAULT_FETCH_TIMEOUT
     }
+
+    /// The token read on the calling thread, when the source can read it without blocking;
+    /// `None` otherwise, and the store fetches the usual way.
+    ///
+    /// The store asks on each change its watcher sees, on the watcher's thread, before it
+    /// spawns a [`fetch`](Self::fetch): a file read this way reaches requests within
+    /// microseconds of the rename. A [`FileSource`] on a local filesystem answers (on
+    /// Linux, where the kernel can promise the read will not block); the default answers
+    /// `None`. A source that wraps another forwards to it, so that it keeps that fast path.
+    /// It must never block, wait or fail loudly: any doubt is `None`, and `fetch` runs.
+    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
+        let _ = cx;
+        None
+    }
 }
 
 /// A fetch with its type erased, for the store, which holds any source.
@@ -325,12 +342,8 @@ pub(crate) type BoxFetch<'a> = Pin<
 pub(crate) trait DynSource: Send + Sync + 'static {
     fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_>;
 
-    /// The source's bytes, read on the calling thread when that cannot block (a
-    /// [`FileSource`] on a local filesystem); `None` for every other source, and whenever
-    /// the read could block or fails: the caller then fetches the usual way. Linux only
-    /// (the portable path has no such read).
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    fn read_now(&self, max_size: usize) -> Option<Fetched>;
+    /// [`TokenSource::fetch_now`].
+    fn fetch_now_dyn(&self, cx: FetchContext) -> Option<Fetched>;
 }
 
 impl<S: TokenSource> DynSource for S {
@@ -339,10 +352,8 @@ impl<S: TokenSource> DynSource for S {
         Box::pin(async move { fetch.await.map_err(Into::into) })
     }
 
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    fn read_now(&self, max_size: usize) -> Option<Fetched> {
-        let file = (self as &dyn std::any::Any).downcast_ref::<FileSource>()?;
-        file.read_now(max_size).map(Fetched::new)
+    fn fetch_now_dyn(&self, cx: FetchContext) -> Option<Fetched> {
+        self.fetch_now(cx)
     }
 }
 
@@ -375,7 +386,7 @@ mod tests {
         let source = Recording::default();
         let store = crate::TokenStore::builder(source.clone())
             .clock(Clock::tokio_from(origin))
-            .refresh_interval(None)
+            .no_periodic_refresh()
             .load()
             .await
             .unwrap();

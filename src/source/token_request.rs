@@ -62,6 +62,8 @@ use spec::{BoundObject, DEFAULT_EXPIRATION, Spec};
 ///   [`load`](crate::StoreBuilder::load), with an error naming the account, before any
 ///   request is made.
 ///
+/// # Examples
+///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;

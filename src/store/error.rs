@@ -16,6 +16,8 @@ use crate::token::TokenError;
 /// as a chain (`anyhow`'s `{:#}`, or by walking `source()`), each cause shows once. None
 /// holds the token.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

@@ -158,11 +158,10 @@ impl Shared {
     }
 
     /// Reads the source on the calling thread (the watcher's, for an event) when it can
-    /// without blocking ([`DynSource::read_now`]) and no read is in flight, and installs
+    /// without blocking ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)) and no read is in flight, and installs
     /// the result as a read of the store's own would. Returns whether the source's token
     /// is now the store's (installed, or unchanged): `false` when nothing was read, or the
     /// read failed (quietly: the caller's usual read follows, with its retries).
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn read_now(self: &Arc<Self>, trigger: Trigger) -> bool {
         let before = {
             let flight = lock(&self.flight);
@@ -171,7 +170,8 @@ impl Shared {
             }
             flight.started
         };
-        let Some(fetched) = self.source.read_now(self.config.max_size) else {
+        let cx = FetchContext::new(trigger, self.config.max_size).on(self.config.clock);
+        let Some(fetched) = self.source.fetch_now_dyn(cx) else {
             return false;
         };
         let n = {

@@ -3,12 +3,10 @@
 //!
 //! Why a process-wide table: a handle in the future costs an atomic increment when the
 //! request leaves and a decrement when its response is back, on the store's one shared
-//! counter. Measured with `cargo bench --bench per_request` on 2 cores, a `TokenStore`
-//! clone in the future made a request through `BearerLayer` 1.66x tower-http's static
-//! `AddAuthorization` (165 ns against 99 ns), against ~1.0x with this number; with two
-//! threads sharing the store (`cargo bench --bench overhead`) the contended counter costs
-//! more still. The table holds only weak references, and a store leaves it when dropped:
-//! it keeps nothing alive and hands a store to no one but the requests it authorized.
+//! counter, contended when threads share the store; a `Copy` number costs neither. The
+//! measurements that decided it are in `BENCHMARKS.md` ("What the plain layer's response
+//! future holds"). The table holds only weak references, and a store leaves it when dropped: it
+//! keeps nothing alive and hands a store to no one but the requests it authorized.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,7 +55,7 @@ mod tests {
             Ok::<_, std::io::Error>(b"t".to_vec())
         })
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();

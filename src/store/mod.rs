@@ -23,7 +23,7 @@
 //! std::fs::write(&path, "first\n")?;
 //! let store = TokenStore::builder(FileSource::new(&path))
 //!     .no_watch()
-//!     .refresh_interval(None)
+//!     .no_periodic_refresh()
 //!     .load()
 //!     .await?;
 //! assert_eq!(store.generation(), 1);
@@ -269,7 +269,8 @@ impl TokenStore {
     }
 
     /// Whether both are clones of the same store.
-    pub fn ptr_eq(&self, other: &TokenStore) -> bool {
+    #[cfg(test)]
+    pub(crate) fn ptr_eq(&self, other: &TokenStore) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
@@ -316,6 +317,11 @@ impl TokenStore {
     /// Called from a tokio runtime, it also starts the store's refresher again if the
     /// runtime that ran it shut down (see [`WatchState::Stopped`]).
     ///
+    /// # Errors
+    ///
+    /// The [`LoadError`] of the read: the source failed (its error is the source), took
+    /// longer than the store's time limit, or gave bytes that are not a valid token.
+    ///
     /// [`status`]: TokenStore::status
     pub async fn reload(&self) -> Result<Arc<Token>, LoadError> {
         if self.shared.word.load(Ordering::Acquire) & word::STOPPED != 0 {
@@ -348,7 +354,7 @@ impl TokenStore {
             fingerprint: current.fingerprint(),
             loaded_at: current.loaded_at(),
             expires_at: current.expires_at(),
-            rotate_hint: current.rotate_hint(),
+            refresh_at: current.refresh_at(),
             expired: current.is_expired_at(s.config.clock.now()),
             reads: get(&c.reads),
             rotations: get(&c.rotations),

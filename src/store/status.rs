@@ -61,8 +61,10 @@ pub struct Status {
     /// client certificate's `notAfter`; `None` when nothing says (an opaque token, a CA
     /// bundle).
     pub expires_at: Option<SystemTime>,
-    /// When the current token is due to be replaced: a JWT's `warnafter`, else its `exp`.
-    pub rotate_hint: Option<SystemTime>,
+    /// When the current token is due to be replaced
+    /// ([`Token::refresh_at`](crate::Token::refresh_at)): when its source asked to be
+    /// fetched again, else a JWT's `warnafter`, else its `exp`.
+    pub refresh_at: Option<SystemTime>,
     /// Whether the credential in use has expired (for a CA bundle: every authority in it)
     /// because nothing newer came: servers will refuse it.
     pub expired: bool,

@@ -34,7 +34,7 @@ impl Scripted {
                 lock(&this.bytes).clone()
             }
         })
-        .refresh_interval(None)
+        .no_periodic_refresh()
     }
     /// Like [`loader`](Self::loader), but the bytes are taken when a read starts, before
     /// the gate (a write that lands during a read is not that read's), and each permit of
@@ -51,7 +51,7 @@ impl Scripted {
                 bytes
             }
         })
-        .refresh_interval(None)
+        .no_periodic_refresh()
     }
 }
 
@@ -91,7 +91,7 @@ async fn keeps_the_last_good_token_on_every_failure_kind() {
     std::fs::write(&path, "good\n").unwrap();
     let store = crate::test_support::file(&path)
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .max_size(64)
         .load()
         .await
@@ -252,7 +252,7 @@ async fn a_401_is_not_answered_by_a_read_that_started_before_it() {
             }
         }
     })
-    .refresh_interval(None)
+    .no_periodic_refresh()
     .load()
     .await
     .unwrap();
@@ -373,7 +373,7 @@ async fn the_timer_rereads_and_stops_with_the_last_handle() {
     // a process-wide gauges task also runs, so counting the runtime's tasks would not do).
     let (store, refresher) = src
         .loader()
-        .refresh_interval(Some(Duration::from_secs(10)))
+        .refresh_interval(Duration::from_secs(10))
         .pair()
         .await
         .unwrap();
@@ -657,7 +657,7 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
     std::fs::write(&path, "one").unwrap();
     let store = crate::test_support::file(&path)
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -703,6 +703,101 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
 
     drop(store);
     assert!(!weak.read_now(Trigger::Watch), "the store is gone");
+}
+
+/// A source of a user's that wraps a [`FileSource`](crate::source::FileSource), forwarding
+/// its reads.
+struct Wrapped(crate::source::FileSource);
+
+impl crate::source::TokenSource for Wrapped {
+    type Error = crate::source::FileError;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<crate::source::Fetched, Self::Error> {
+        self.0.fetch(cx).await
+    }
+
+    fn describe(&self) -> String {
+        format!("wrapped {}", self.0.describe())
+    }
+
+    fn fetch_now(&self, cx: FetchContext) -> Option<crate::source::Fetched> {
+        self.0.fetch_now(cx)
+    }
+}
+
+#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+#[tokio::test]
+async fn a_source_wrapping_a_file_keeps_the_read_on_the_spot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "one").unwrap();
+    let store = TokenStore::builder(Wrapped(crate::source::FileSource::new(&path)))
+        .no_watch()
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    std::fs::write(&path, "two").unwrap();
+    assert!(store.downgrade().read_now(Trigger::Watch));
+    assert_eq!(store.current().header_value(), "Bearer two");
+    assert_eq!((store.status().reads, store.status().rotations), (2, 1));
+}
+
+/// Off the fast path (other systems, `--cfg bearer_reload_portable`) a file is never read
+/// on the spot, wrapped or not: every read is the store's own.
+#[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
+#[tokio::test]
+async fn off_linux_a_file_wrapped_or_not_is_never_read_on_the_spot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "one").unwrap();
+    let store = TokenStore::builder(Wrapped(crate::source::FileSource::new(&path)))
+        .no_watch()
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    std::fs::write(&path, "two").unwrap();
+    assert!(!store.downgrade().read_now(Trigger::Watch));
+    assert_eq!(store.current().header_value(), "Bearer one");
+}
+
+/// A source of its own that can answer without blocking (here: from memory) is read on
+/// the spot on every system, without a fetch.
+#[tokio::test]
+async fn any_source_that_answers_at_once_is_read_on_the_spot() {
+    struct InMemory {
+        token: Arc<Mutex<&'static str>>,
+        fetches: Arc<AtomicUsize>,
+    }
+    impl crate::source::TokenSource for InMemory {
+        type Error = std::convert::Infallible;
+        async fn fetch(&self, _: FetchContext) -> Result<crate::source::Fetched, Self::Error> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            Ok(crate::source::Fetched::new(*lock(&self.token)))
+        }
+        fn describe(&self) -> String {
+            "in memory".to_owned()
+        }
+        fn fetch_now(&self, cx: FetchContext) -> Option<crate::source::Fetched> {
+            assert_eq!(cx.max_size(), crate::token::DEFAULT_MAX_SIZE);
+            Some(crate::source::Fetched::new(*lock(&self.token)))
+        }
+    }
+    let (token, fetches) = (Arc::new(Mutex::new("one")), Arc::new(AtomicUsize::new(0)));
+    let source = InMemory {
+        token: token.clone(),
+        fetches: fetches.clone(),
+    };
+    let store = TokenStore::builder(source)
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    *lock(&token) = "two";
+    assert!(store.downgrade().read_now(Trigger::Watch));
+    assert_eq!(store.current().header_value(), "Bearer two");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "the load's fetch only");
 }
 
 #[tokio::test]

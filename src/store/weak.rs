@@ -61,7 +61,6 @@ impl WeakStore {
 
     /// Reads the store's source at once on the calling thread, if that cannot block (see
     /// [`Shared::read_now`]); `false` when the store is gone or nothing was installed.
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn read_now(&self, trigger: Trigger) -> bool {
         self.shared
             .upgrade()

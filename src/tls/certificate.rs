@@ -17,9 +17,12 @@ use crate::clock::Rfc3339;
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Certificate {
-    /// The subject's distinguished name, as RFC 4514 writes it (`CN=system:node:n1,O=system:nodes`).
+    /// The subject's distinguished name: its attributes in the certificate's order, `, `
+    /// between them (`CN=system:node:n1, O=system:nodes` for a kubelet's client
+    /// certificate). This is not RFC 4514's string, which puts the last attribute first
+    /// and no space after the commas.
     pub subject: String,
-    /// The issuer's distinguished name.
+    /// The issuer's distinguished name, written as [`subject`](Self::subject) is.
     pub issuer: String,
     /// The start of the validity period.
     pub not_before: SystemTime,

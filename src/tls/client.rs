@@ -31,6 +31,7 @@ use tower_service::Service;
 
 use super::connect::{Dialled, Tagging, Verdict};
 use super::refusal::{Blame, blame};
+use super::stores::{Generations, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
 use crate::layer::refused::{AfterRefusal, Refused};
@@ -70,6 +71,8 @@ type Connector = Tagging<HttpsConnector<HttpConnector>>;
 /// presents no client certificate, keeps hyper-util's default pool (idle connections kept
 /// 90 s, HTTP/1.1 and HTTP/2 by ALPN) and gives a TCP connect 30 s; each setter returns
 /// the client with fresh pools.
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -112,29 +115,6 @@ impl<B> fmt::Debug for HttpsClient<B> {
             .field("roots", &self.shared.stores.roots)
             .field("generations", &self.pool.generations)
             .finish_non_exhaustive()
-    }
-}
-
-/// The generations of the identity (0 without one) and of the bundle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Generations {
-    pub(crate) identity: u64,
-    pub(crate) roots: u64,
-}
-
-/// The credentials a client's connections are made with.
-#[derive(Debug, Clone)]
-pub(crate) struct Stores {
-    pub(super) identity: Option<IdentityStore>,
-    pub(super) roots: RootStore,
-}
-
-impl Stores {
-    pub(crate) fn generations(&self) -> Generations {
-        Generations {
-            identity: self.identity.as_ref().map_or(0, IdentityStore::generation),
-            roots: self.roots.generation(),
-        }
     }
 }
 
@@ -199,9 +179,10 @@ where
     }
 
     /// hyper-util's settings for each pool (idle timeout, HTTP/2 only, ...), instead of
-    /// its defaults. A timer for the pool is needed for idle connections to be closed on
-    /// time (`builder.pool_timer(hyper_util::rt::TokioTimer::new())`).
-    pub fn hyper(self, builder: Builder) -> Self {
+    /// its defaults. The pool's timer is tokio's, whatever `builder` holds: the client
+    /// runs on tokio, and without a timer idle connections are never closed on time.
+    pub fn hyper(self, mut builder: Builder) -> Self {
+        builder.pool_timer(TokioTimer::new());
         self.with(|_, settings| settings.builder = builder)
     }
 
@@ -218,7 +199,7 @@ where
         http.set_nodelay(true);
         http.set_connect_timeout(settings.connect_timeout);
         let tls = HttpsConnectorBuilder::new()
-            .with_tls_config(stores.roots.client_config(stores.identity.as_ref()))
+            .with_tls_config(stores.client_config())
             .https_or_http();
         let tls = match settings.server_name.clone() {
             Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),

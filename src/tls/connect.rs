@@ -18,8 +18,8 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::client::{Generations, Stores};
 use super::refusal::{Blame, blame};
+use super::stores::{Generations, Stores};
 
 /// Tags the connections of `inner` with the generations of `stores`.
 #[derive(Debug, Clone)]

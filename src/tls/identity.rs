@@ -15,8 +15,8 @@ use super::source::{Parse, Parsed, PemFiles, digest};
 use super::watched::Watched;
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
+use crate::source::ExecSource;
 use crate::source::TokenSource;
-use crate::source::exec::ExecSource;
 use crate::store::{Credential, LoadError, Status, TokenStore};
 use crate::token::AttachedValue;
 
@@ -118,6 +118,8 @@ impl Parse for Identity {
 /// [`resolver`](Self::resolver) puts it in a rustls `ClientConfig`; an
 /// [`HttpsClient`](super::HttpsClient) also retires the connections made with the old one.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -206,7 +208,12 @@ impl IdentityStore {
     }
 
     /// Reads the source again, and installs the identity if it is valid and new; returns
-    /// the certificate presented after the read. On failure the last good identity stays.
+    /// the certificate presented after the read.
+    ///
+    /// # Errors
+    ///
+    /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
+    /// usable certificate and key); the last good identity stays.
     pub async fn reload(&self) -> Result<Certificate, LoadError> {
         Ok(self.watched.reload().await?.leaf().clone())
     }

@@ -104,6 +104,7 @@ mod provider;
 mod refusal;
 mod roots;
 mod source;
+mod stores;
 mod watched;
 
 pub use certificate::Certificate;

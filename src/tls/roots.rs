@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::source::{Parse, Parsed, Skipped, digest};
 use super::watched::Watched;
-use super::{Certificate, CertificateError, IdentityStore};
+use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
 use crate::store::{Credential, LoadError, Status, TokenStore};
@@ -130,6 +130,8 @@ impl Parse for Roots {
 /// bundle, and the error names the source. [`verifier`](Self::verifier) checks each
 /// server against the bundle current at its handshake, by rustls's WebPKI rules.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -195,7 +197,12 @@ impl RootStore {
     }
 
     /// Reads the source again, and installs the bundle if it is valid and new; returns
-    /// the authorities trusted after the read. On failure the last good bundle stays.
+    /// the authorities trusted after the read.
+    ///
+    /// # Errors
+    ///
+    /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
+    /// usable bundle); the last good bundle stays.
     pub async fn reload(&self) -> Result<Vec<Certificate>, LoadError> {
         Ok(self.watched.reload().await?.certificates.clone())
     }
@@ -216,24 +223,38 @@ impl RootStore {
     }
 
     /// A rustls `ClientConfig` that verifies servers with this store's current bundle,
-    /// presents `identity`'s current client certificate (none when `None`), and resumes no
-    /// session (see [Session resumption](super#session-resumption)): for a client whose
-    /// pool this crate does not own (reqwest's `use_preconfigured_tls`, a tonic
-    /// connector). Its crypto provider is the one the current bundle was read with (see
+    /// presents no client certificate, and resumes no session (see
+    /// [Session resumption](super#session-resumption)): for a client whose pool this crate
+    /// does not own (reqwest's `use_preconfigured_tls`, a tonic connector). Its crypto
+    /// provider is the one the current bundle was read with (see
     /// [TLS providers](super#tls-providers)). TLS 1.2 and 1.3; no ALPN protocols
     /// (hyper-rustls sets its own; set `alpn_protocols` for another client).
-    pub fn client_config(&self, identity: Option<&IdentityStore>) -> ClientConfig {
-        let builder = self
+    ///
+    /// # Examples
+    ///
+    /// To present a rotating client certificate, set rustls's resolver to an
+    /// [`IdentityStore`](super::IdentityStore)'s:
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), bearer_reload::LoadError> {
+    /// use bearer_reload::source::FileSource;
+    /// use bearer_reload::tls::{IdentityStore, RootStore};
+    ///
+    /// let roots = RootStore::builder(FileSource::new("/pki/ca.crt")).load().await?;
+    /// let identity = IdentityStore::files("/pki/tls.crt", "/pki/tls.key").load().await?;
+    /// let mut config = roots.client_config();
+    /// config.client_auth_cert_resolver = identity.resolver();
+    /// # Ok(()) }
+    /// ```
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = self
             .watched
             .current()
             .config
             .clone()
             .dangerous()
-            .with_custom_certificate_verifier(self.verifier());
-        let mut config = match identity {
-            Some(identity) => builder.with_client_cert_resolver(identity.resolver()),
-            None => builder.with_no_client_auth(),
-        };
+            .with_custom_certificate_verifier(self.verifier())
+            .with_no_client_auth();
         config.resumption = rustls::client::Resumption::disabled();
         config
     }

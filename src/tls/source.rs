@@ -62,10 +62,11 @@ impl TokenSource for PemFiles {
             .fetch(cx)
             .await
             .map_err(part("key", &self.paths[1]))?;
-        let mut pem = cert.bytes().to_vec();
-        pem.push(b'\n');
-        pem.extend_from_slice(key.bytes());
-        Ok(Fetched::new(pem))
+        Ok(join(&cert, &key))
+    }
+
+    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
+        Some(join(&self.cert.fetch_now(cx)?, &self.key.fetch_now(cx)?))
     }
 
     fn describe(&self) -> String {
@@ -83,6 +84,14 @@ impl TokenSource for PemFiles {
     fn default_refresh_interval(&self) -> Option<Duration> {
         self.cert.default_refresh_interval()
     }
+}
+
+/// A certificate's PEM and its key's, as one PEM.
+fn join(cert: &Fetched, key: &Fetched) -> Fetched {
+    let mut pem = cert.bytes().to_vec();
+    pem.push(b'\n');
+    pem.extend_from_slice(key.bytes());
+    Fetched::new(pem)
 }
 
 /// A credential parsed from PEM, and what the store needs of it.
@@ -178,18 +187,13 @@ impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
         let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
-        let parsed = T::parse(fetched.bytes(), cx.now())?;
-        self.warn_skipped(&parsed);
-        let placeholder: String = parsed.digest.iter().map(|b| format!("{b:02x}")).collect();
-        let expires_at = match (fetched.expires_at(), parsed.expires_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let out = Fetched::new(placeholder).with_attached(Arc::new(parsed.value));
-        Ok(match expires_at {
-            Some(at) => out.with_expires_at(at),
-            None => out,
-        })
+        Ok(self.parse(&fetched, cx)?)
+    }
+
+    /// The inner source's read without blocking, parsed; a read that does not parse is
+    /// left to `fetch`, which reports it.
+    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
+        self.parse(&self.inner.fetch_now(cx)?, cx).ok()
     }
 
     fn describe(&self) -> String {
@@ -206,6 +210,24 @@ impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
 
     fn default_fetch_timeout(&self) -> Duration {
         self.inner.default_fetch_timeout()
+    }
+}
+
+impl<S: TokenSource, T: Parse> PemSource<S, T> {
+    /// `fetched`'s PEM parsed into a `T`, as the store's token.
+    fn parse(&self, fetched: &Fetched, cx: FetchContext) -> Result<Fetched, CertificateError> {
+        let parsed = T::parse(fetched.bytes(), cx.now())?;
+        self.warn_skipped(&parsed);
+        let placeholder: String = parsed.digest.iter().map(|b| format!("{b:02x}")).collect();
+        let expires_at = match (fetched.expires_at(), parsed.expires_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let out = Fetched::new(placeholder).with_attached(Arc::new(parsed.value));
+        Ok(match expires_at {
+            Some(at) => out.with_expires_at(at),
+            None => out,
+        })
     }
 }
 

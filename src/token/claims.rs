@@ -39,13 +39,9 @@ const OVERDUE_GRACE: Duration = Duration::from_secs(60);
 /// numeric dates (seconds since the Unix epoch) as [`SystemTime`].
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Claims {
-    /// `iss`: who issued the token.
-    pub(crate) iss: Option<String>,
     /// `sub`: whom the token is for (`system:serviceaccount:<namespace>:<name>` for a
     /// Kubernetes service account).
     pub(crate) sub: Option<String>,
-    /// `aud`: the audiences the token is for (one string or an array in the JWT).
-    pub(crate) aud: Vec<String>,
     /// `iat`: when the token was issued.
     pub(crate) iat: Option<SystemTime>,
     /// `nbf`: the token is not valid before this time.
@@ -59,15 +55,6 @@ pub(crate) struct Claims {
     /// that do not reload their token: the token's real lifetime ends here, and the kubelet
     /// rotates it on this schedule, not on `exp`'s.
     pub(crate) warnafter: Option<SystemTime>,
-    /// `kubernetes.io` `namespace`: the namespace of the service account (from the
-    /// `kubernetes.io` object of a bound token, or the flat
-    /// `kubernetes.io/serviceaccount/namespace` claim of a legacy secret-based token).
-    pub(crate) namespace: Option<String>,
-    /// `kubernetes.io` `serviceaccount.name`: the name of the service account (legacy:
-    /// `kubernetes.io/serviceaccount/service-account.name`).
-    pub(crate) service_account: Option<String>,
-    /// `kubernetes.io` `pod.name`: the pod the token is bound to.
-    pub(crate) pod: Option<String>,
 }
 
 /// How a token stands against the dates in its claims, at some time.
@@ -173,16 +160,11 @@ impl fmt::Display for Summary<'_> {
 impl fmt::Debug for Claims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Claims")
-            .field("iss", &self.iss)
             .field("sub", &self.sub)
-            .field("aud", &self.aud)
             .field("iat", &self.iat.map(Rfc3339))
             .field("nbf", &self.nbf.map(Rfc3339))
             .field("exp", &self.exp.map(Rfc3339))
             .field("warnafter", &self.warnafter.map(Rfc3339))
-            .field("namespace", &self.namespace)
-            .field("service_account", &self.service_account)
-            .field("pod", &self.pod)
             .finish()
     }
 }
@@ -212,37 +194,20 @@ fn json_object(part: &str) -> Option<Map<String, Value>> {
 }
 
 impl Claims {
+    /// The claims this crate uses: who the token is for, and its dates. The others
+    /// (`iss`, `aud`, the `kubernetes.io` namespace, service account and pod) are left
+    /// unread: nothing here acts on them.
     fn from_payload(p: &Map<String, Value>) -> Self {
-        let aud = match p.get("aud") {
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut claims = Claims {
-            iss: string(p.get("iss")),
+        Claims {
             sub: string(p.get("sub")),
-            aud,
             iat: date(p.get("iat")),
             nbf: date(p.get("nbf")),
             exp: date(p.get("exp")),
-            ..Claims::default()
-        };
-        if let Some(Value::Object(k)) = p.get("kubernetes.io") {
-            let name = |key: &str| string(k.get(key).and_then(|v| v.get("name")));
-            claims.namespace = string(k.get("namespace"));
-            claims.service_account = name("serviceaccount");
-            claims.pod = name("pod");
-            claims.warnafter = date(k.get("warnafter"));
-        } else {
-            // A legacy token from a service-account secret: flat claims, no expiry.
-            let legacy = |key: &str| string(p.get(&format!("kubernetes.io/serviceaccount/{key}")));
-            claims.namespace = legacy("namespace");
-            claims.service_account = legacy("service-account.name");
+            warnafter: match p.get("kubernetes.io") {
+                Some(Value::Object(k)) => date(k.get("warnafter")),
+                _ => None,
+            },
         }
-        claims
     }
 }
 

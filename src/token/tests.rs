@@ -132,7 +132,7 @@ mod kinds {
         assert_eq!(claims.iat, Some(at(iat)));
         assert_eq!(t.subject(), Some("system:serviceaccount:payments:api"));
         assert_eq!(t.expires_at(), Some(at(iat + 365 * 86_400)));
-        assert_eq!(t.rotate_hint(), Some(at(iat + 3607)));
+        assert_eq!(t.refresh_at(), Some(at(iat + 3607)));
         let fp = t.fingerprint();
         assert_eq!(
             t.to_string(),
@@ -294,7 +294,7 @@ mod kinds {
                     let bytes = bytes.clone();
                     async move { Ok::<_, std::io::Error>(bytes) }
                 })
-                .refresh_interval(None)
+                .no_periodic_refresh()
                 .load()
                 .await
                 .unwrap();

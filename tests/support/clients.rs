@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use bearer_reload::body::ReplayBody;
 use bearer_reload::classify::{GrpcUnauthenticated, Http401};
+use bearer_reload::layer::RetryUnauthorized;
 use bearer_reload::reqwest::BearerMiddleware;
 use bearer_reload::{BearerLayer, BearerService, TokenStore};
 use bytes::Bytes;
@@ -185,7 +186,7 @@ fn status_outcome(status: StatusCode) -> Outcome {
 /// tower over hyper-util: `BearerLayer` with the retry, bodies wrapped in `ReplayBody`.
 #[derive(Clone)]
 pub struct HyperUtil {
-    client: BearerService<Client<HttpConnector, ReplayBody<Opaque>>, Http401, true>,
+    client: BearerService<Client<HttpConnector, ReplayBody<Opaque>>, Http401, RetryUnauthorized>,
     url: String,
 }
 
@@ -303,7 +304,7 @@ type ToTonic = fn(ReplayBody<tonic::body::Body>) -> tonic::body::Body;
 /// The tonic client stack: bodies made replayable above `BearerLayer` with the gRPC
 /// retry, and turned back into tonic's below it.
 pub type TonicStack = MapRequestBody<
-    BearerService<MapRequestBody<Channel, ToTonic>, GrpcUnauthenticated, true>,
+    BearerService<MapRequestBody<Channel, ToTonic>, GrpcUnauthenticated, RetryUnauthorized>,
     ToReplay,
 >;
 

@@ -64,7 +64,7 @@ pub async fn quiet_store(dir: &Path, token: &str) -> (PathBuf, TokenStore) {
     std::fs::write(&path, format!("{token}\n")).unwrap();
     let store = file(&path)
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -88,10 +88,10 @@ pub async fn wait_for_token(store: &TokenStore, token: &str) {
     let mut last = store.generation();
     let waited = tokio::time::timeout(DEADLINE, async {
         loop {
-            let current = store.current();
-            assert!(current.generation() >= last, "generations go up");
-            last = current.generation();
-            if current.header_value() == want.as_str() {
+            let generation = *rx.borrow_and_update();
+            assert!(generation >= last, "generations go up");
+            last = generation;
+            if store.current().header_value() == want.as_str() {
                 return;
             }
             rx.changed().await.unwrap();

@@ -74,6 +74,8 @@ struct Shared {
     arrivals: Mutex<Vec<Arrival>>,
     requests: watch::Sender<u64>,
     connections: AtomicU64,
+    /// Connections served that have ended (closed by either side).
+    closed: watch::Sender<u64>,
     refused_handshakes: AtomicU64,
     /// Every connection's task, to cut them.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -154,6 +156,7 @@ impl MtlsServer {
             arrivals: Mutex::default(),
             requests: watch::Sender::new(0),
             connections: AtomicU64::new(0),
+            closed: watch::Sender::new(0),
             refused_handshakes: AtomicU64::new(0),
             tasks: Mutex::default(),
             held: watch::Sender::new(false),
@@ -230,6 +233,17 @@ impl MtlsServer {
         self.shared.refused_handshakes.load(Ordering::SeqCst)
     }
 
+    /// Waits, with a deadline, until `n` served connections have ended.
+    pub async fn wait_closed(&self, n: u64, deadline: std::time::Duration) {
+        let mut rx = self.shared.closed.subscribe();
+        if tokio::time::timeout(deadline, rx.wait_for(|&closed| closed >= n))
+            .await
+            .is_err()
+        {
+            panic!("{} of {n} connections closed", *rx.borrow());
+        }
+    }
+
     /// Waits, with a deadline, until `n` requests have arrived.
     pub async fn wait_requests(&self, n: u64, deadline: std::time::Duration) {
         let mut rx = self.shared.requests.subscribe();
@@ -264,6 +278,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                 .map(|cert| fingerprint(cert))
                 .unwrap_or_default();
             let connection = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+            let ended = shared.clone();
             let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
                 let shared = shared.clone();
                 let presented = presented.clone();
@@ -333,6 +348,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder.http2().max_concurrent_streams(4096);
             let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            ended.closed.send_modify(|n| *n += 1);
         });
         tasks.tasks.lock().unwrap().push(task.abort_handle());
     }

@@ -9,9 +9,8 @@ use std::task::{Context, Waker};
 use tokio::sync::Notify;
 
 /// Reads the subscriber's file at once, on the thread that reports the event, when that
-/// cannot block; `true` when the store then holds the file's token. Linux only: elsewhere
-/// every read is the subscriber's own.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+/// cannot block ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)); `true`
+/// when the store then holds the file's token.
 pub(crate) type ReadNow = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// A coalescing wake-up ([`Notify`]) with a count of the events behind it.
@@ -31,7 +30,6 @@ pub(crate) struct Signal {
     events: AtomicU64,
     /// Every event up to this count was answered by a read made as it came.
     answered: AtomicU64,
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     read_now: Option<ReadNow>,
 }
 
@@ -39,16 +37,14 @@ impl fmt::Debug for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut f = f.debug_struct("Signal");
         f.field("events", &self.events)
-            .field("answered", &self.answered);
-        #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-        f.field("read_now", &self.read_now.is_some());
-        f.finish_non_exhaustive()
+            .field("answered", &self.answered)
+            .field("read_now", &self.read_now.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl Signal {
     /// A signal whose events for the file's own names are read at once by `read_now`.
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn reading(read_now: ReadNow) -> Self {
         Self {
             read_now: Some(read_now),
@@ -65,20 +61,12 @@ impl Signal {
     /// Counts an event for one of the subscriber's names, reads the file at once if the
     /// subscriber can ([`ReadNow`], on the calling thread), and wakes the subscriber,
     /// which still follows the file's links again.
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     pub(crate) fn wake_reading(&self) {
         let n = self.events.fetch_add(1, Ordering::SeqCst) + 1;
         if self.read_now.as_ref().is_some_and(|read| read()) {
             self.answered.fetch_max(n, Ordering::SeqCst);
         }
         self.notify.notify_one();
-    }
-
-    /// Counts an event for one of the subscriber's names and wakes the subscriber: off
-    /// Linux nothing is read on the calling thread, and the subscriber reads for each.
-    #[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
-    pub(crate) fn wake_reading(&self) {
-        self.wake();
     }
 
     /// Whether every event so far was answered by a read made as it came.
@@ -150,7 +138,6 @@ mod tests {
         assert!(!pending(&signal));
     }
 
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
     #[test]
     fn debug_shows_the_counts_and_whether_it_reads_on_the_spot() {
         let signal = Signal::reading(Box::new(|| true));

@@ -58,15 +58,18 @@ impl File {
 
     async fn store(&self, period: Option<Duration>) -> TokenStore {
         let this = self.clone();
-        crate::test_support::loader("test-file", move || {
+        let builder = crate::test_support::loader("test-file", move || {
             let this = this.clone();
             async move {
                 this.reads.lock().unwrap().push(this.start.elapsed());
                 Ok::<_, std::io::Error>(this.content.lock().unwrap().clone().into_bytes())
             }
         })
-        .refresh_interval(period)
-        .clock(Clock::tokio_from(wall(0)))
+        .clock(Clock::tokio_from(wall(0)));
+        match period {
+            Some(period) => builder.refresh_interval(period),
+            None => builder.no_periodic_refresh(),
+        }
         .load()
         .await
         .unwrap()
@@ -152,10 +155,36 @@ fn assert_periodic(got: &[f64], period: f64, until: f64) {
 const EXPIRED: &str = "has expired";
 const OVERDUE: &str = "overdue for rotation";
 
+/// A source whose own default period is zero: read once a second, not in a loop. (The
+/// builder refuses a period under a second outright: see `builder::tests`.)
 #[tokio::test(start_paused = true)]
-async fn a_period_under_a_second_reads_once_a_second_not_in_a_loop() {
+async fn a_sources_default_period_under_a_second_reads_once_a_second_not_in_a_loop() {
+    struct ZeroPeriod(File);
+    impl crate::source::TokenSource for ZeroPeriod {
+        type Error = std::io::Error;
+        async fn fetch(
+            &self,
+            _: crate::source::FetchContext,
+        ) -> Result<crate::source::Fetched, std::io::Error> {
+            let file = &self.0;
+            file.reads.lock().unwrap().push(file.start.elapsed());
+            Ok(crate::source::Fetched::new(
+                file.content.lock().unwrap().clone(),
+            ))
+        }
+        fn describe(&self) -> String {
+            "zero period".to_owned()
+        }
+        fn default_refresh_interval(&self) -> Option<Duration> {
+            Some(Duration::ZERO)
+        }
+    }
     let file = File::new("opaque-token".to_owned());
-    let store = file.store(Some(Duration::ZERO)).await;
+    let store = TokenStore::builder(ZeroPeriod(file.clone()))
+        .clock(Clock::tokio_from(wall(0)))
+        .load()
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(10_500)).await;
     drop(store);
     let reads = file.reads();
@@ -218,7 +247,7 @@ async fn a_legacy_extended_token_is_scheduled_from_warnafter() {
     assert_periodic(&reads[1..], 3600.0, 4.0 * 3600.0);
     let status = store.status();
     assert_eq!(status.expires_at, Some(wall(YEAR)));
-    assert_eq!(status.rotate_hint, Some(wall(TTL)));
+    assert_eq!(status.refresh_at, Some(wall(TTL)));
     // Past warnafter, but not past 80% of iat..exp plus a minute.
     assert_eq!(store.freshness(), Freshness::Fresh);
     assert!(warnings.all().is_empty(), "{:?}", warnings.all());
@@ -457,7 +486,7 @@ impl Minting {
     async fn store(&self, period: Option<Duration>) -> TokenStore {
         let builder = crate::TokenStore::builder(self.clone()).clock(Clock::tokio_from(wall(0)));
         let builder = match period {
-            Some(p) => builder.refresh_interval(Some(p)),
+            Some(p) => builder.refresh_interval(p),
             None => builder,
         };
         builder.load().await.unwrap()

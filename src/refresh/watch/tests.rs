@@ -27,12 +27,14 @@ fn counting_factory(fail: Arc<AtomicBool>, calls: Calls) -> Box<Factory> {
 }
 
 async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duration>) -> TokenStore {
-    let store = crate::test_support::file(path)
-        .no_watch()
-        .refresh_interval(timer)
-        .load()
-        .await
-        .unwrap();
+    let builder = crate::test_support::file(path).no_watch();
+    let store = match timer {
+        Some(timer) => builder.refresh_interval(timer),
+        None => builder.no_periodic_refresh(),
+    }
+    .load()
+    .await
+    .unwrap();
     let handle = store.downgrade();
     tokio::spawn(crate::refresh::until_closed(
         handle.clone(),
@@ -60,7 +62,7 @@ async fn a_watcher_that_cannot_start_degrades_and_the_timer_still_refreshes() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("token");
     std::fs::write(&path, "secret-one").unwrap();
-    let store = store_with(&registry, &path, Some(Duration::from_millis(100))).await;
+    let store = store_with(&registry, &path, Some(Duration::from_secs(1))).await;
     let reason = degraded(&store).expect("degraded");
     assert!(reason.contains("cannot start a file watcher"), "{reason}");
     assert_eq!(
@@ -268,7 +270,7 @@ impl Scripted {
                     .map_err(std::io::Error::other)
             }
         })
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap()

@@ -12,12 +12,21 @@ impl TryFrom<&ExecConfig> for ExecSource {
     /// `provideClusterInfo` the cluster kube's loader put in `cluster`. kube's `drop_env`
     /// is honoured too.
     ///
-    /// Fails, naming the command, when there is no command, no or an unknown `apiVersion`,
-    /// an `env` entry without a name, or `provideClusterInfo` without a cluster (a config
-    /// not built by kube's loader).
+    /// `interactiveMode` is read as client-go reads it: required with `v1` (client-go
+    /// refuses a `v1` section without it, and kubectl's validation says it "must be
+    /// specified"), `IfAvailable` when a `v1beta1` section leaves it out.
+    ///
+    /// # Errors
+    ///
+    /// [`ExecError::Config`], naming the command, when there is no command, no or an
+    /// unknown `apiVersion`, a `v1` section without `interactiveMode`, an `env` entry
+    /// without a name, or `provideClusterInfo` without a cluster (a config not built by
+    /// kube's loader).
+    ///
+    /// # Examples
     ///
     /// ```
-    /// use bearer_reload::source::exec::ExecSource;
+    /// use bearer_reload::source::ExecSource;
     /// use kube::config::ExecConfig;
     ///
     /// let exec: ExecConfig = serde_json::from_value(serde_json::json!({
@@ -60,14 +69,24 @@ impl TryFrom<&ExecConfig> for ExecSource {
                 ))
             })?,
         };
+        let interactive_mode = match (&exec.interactive_mode, api_version) {
+            (Some(ExecInteractiveMode::Never), _) => InteractiveMode::Never,
+            (Some(ExecInteractiveMode::Always), _) => InteractiveMode::Always,
+            (Some(ExecInteractiveMode::IfAvailable), _) => InteractiveMode::IfAvailable,
+            // client-go's default for v1beta1 only (clientcmd's SetDefaults_ExecConfig).
+            (None, ApiVersion::V1Beta1) => InteractiveMode::IfAvailable,
+            (None, ApiVersion::V1) => {
+                return Err(problem(format!(
+                    "the exec section has no interactiveMode, which {} requires \
+                     (Never, IfAvailable or Always)",
+                    ApiVersion::V1
+                )));
+            }
+        };
         let mut source = ExecSource::new(command)
             .args(exec.args.iter().flatten())
             .api_version(api_version)
-            .interactive_mode(match exec.interactive_mode {
-                Some(ExecInteractiveMode::Never) => InteractiveMode::Never,
-                Some(ExecInteractiveMode::Always) => InteractiveMode::Always,
-                Some(ExecInteractiveMode::IfAvailable) | None => InteractiveMode::IfAvailable,
-            });
+            .interactive_mode(interactive_mode);
         for entry in exec.env.iter().flatten() {
             let Some(name) = entry.get("name").filter(|n| !n.is_empty()) else {
                 return Err(problem("an env entry has no name".into()));

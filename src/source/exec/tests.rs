@@ -530,6 +530,30 @@ mod from_kube {
         );
     }
 
+    /// client-go's defaults (clientcmd's `SetDefaults_ExecConfig`): `IfAvailable` for a
+    /// `v1beta1` section without `interactiveMode`; a `v1` section must say.
+    #[test]
+    fn interactive_mode_defaults_as_client_go_does() {
+        let modes = [
+            ("Never", InteractiveMode::Never),
+            ("IfAvailable", InteractiveMode::IfAvailable),
+            ("Always", InteractiveMode::Always),
+        ];
+        for version in [V1, V1BETA1] {
+            for (given, want) in modes {
+                let config = exec(json!({"command": "aws", "apiVersion": version,
+                                         "interactiveMode": given}));
+                let source = ExecSource::try_from(&config).unwrap();
+                assert_eq!(source.interactive, want, "{version} {given}");
+            }
+        }
+        let v1beta1 = exec(json!({"command": "aws", "apiVersion": V1BETA1}));
+        let source = ExecSource::try_from(&v1beta1).unwrap();
+        assert_eq!(source.interactive, InteractiveMode::IfAvailable);
+        let v1 = exec(json!({"command": "aws", "apiVersion": V1}));
+        assert!(ExecSource::try_from(&v1).is_err());
+    }
+
     #[test]
     fn an_unusable_exec_section_is_an_error_naming_the_command() {
         let cases = [
@@ -551,11 +575,20 @@ mod from_kube {
                 ),
             ),
             (
-                json!({"command": "aws", "apiVersion": V1, "env": [{"value": "x"}]}),
+                json!({"command": "aws", "apiVersion": V1}),
+                format!(
+                    "exec plugin aws: the exec section has no interactiveMode, which {V1} \
+                     requires (Never, IfAvailable or Always)"
+                ),
+            ),
+            (
+                json!({"command": "aws", "apiVersion": V1, "interactiveMode": "Never",
+                       "env": [{"value": "x"}]}),
                 "exec plugin aws: an env entry has no name".to_owned(),
             ),
             (
-                json!({"command": "aws", "apiVersion": V1, "provideClusterInfo": true}),
+                json!({"command": "aws", "apiVersion": V1, "interactiveMode": "Never",
+                       "provideClusterInfo": true}),
                 "provideClusterInfo is set but the config holds no cluster info".to_owned(),
             ),
         ];

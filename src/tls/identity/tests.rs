@@ -111,7 +111,7 @@ async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_p
     write(&path, &first);
     let store = IdentityStore::builder(FileSource::new(&path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -199,7 +199,7 @@ async fn the_resolver_answers_with_the_current_identity() {
         })
     };
     let store = IdentityStore::builder(source)
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -226,7 +226,7 @@ async fn the_status_says_expired_once_the_certificate_in_use_is() {
     let source = crate::test_support::pem("pem", pem);
     let store = IdentityStore::builder(source)
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .clock(crate::clock::Clock::tokio_from(now))
         .load()
         .await

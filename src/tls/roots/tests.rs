@@ -27,7 +27,7 @@ async fn the_verifier_trusts_the_current_bundle_and_a_bad_read_keeps_the_last_go
     writers::rename_over(&path, old.pem()).unwrap();
     let roots = RootStore::builder(FileSource::new(&path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -85,7 +85,7 @@ async fn debug_names_the_source_and_the_authorities_and_display_counts_them() {
     writers::rename_over(&path, format!("{}{}", one.pem(), two.pem())).unwrap();
     let roots = RootStore::builder(FileSource::new(&path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
@@ -126,7 +126,7 @@ async fn the_status_says_expired_once_every_authority_in_the_bundle_is() {
     let source = crate::test_support::pem("ca", bundle);
     let roots = RootStore::builder(source)
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .clock(crate::clock::Clock::tokio_from(now))
         .load()
         .await
@@ -147,7 +147,7 @@ async fn load_default(pem: &str) -> (RootStore, tempfile::TempDir) {
     writers::rename_over(&path, pem).unwrap();
     let roots = RootStore::builder(FileSource::new(&path))
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await;
     (roots.unwrap(), dir)

@@ -129,12 +129,12 @@ async fn a_token_reloads_through_kube_over_rustls_with_aws_lc_rs() {
     let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
     config.root_cert = Some(vec![der_of(&ca_pem)]);
     config.auth_info.token_file = Some(volume.token_path().display().to_string());
-    let store = Credentials::token_store(&config)
+    let store = Credentials::token_store_builder(&config)
         .unwrap()
         .expect("a token file")
         // Only the 401 reloads: the test decides when the new token is read.
         .no_watch()
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();

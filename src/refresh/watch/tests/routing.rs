@@ -75,7 +75,7 @@ async fn an_event_for_the_whole_directory_reads_each_file_once_a_few_at_a_time()
                 Ok::<_, std::io::Error>(b"token".to_vec())
             }
         })
-        .refresh_interval(None)
+        .no_periodic_refresh()
         .load()
         .await
         .unwrap();
