@@ -40,7 +40,7 @@ fn store() -> TokenStore {
         Ok::<_, std::io::Error>(token(0).into_bytes())
     });
     let (store, refresher) = rt
-        .block_on(TokenStore::builder(source).no_periodic_refresh().pair())
+        .block_on(TokenStore::builder(source).pair())
         .expect("first token");
     drop(refresher);
     store
@@ -57,7 +57,6 @@ fn store() -> TokenStore {
         bearer_reload::TokenLoader::new("ab", || async {
             Ok::<_, std::io::Error>(token(0).into_bytes())
         })
-        .no_periodic_refresh()
         .load(),
     )
     .expect("first token")
