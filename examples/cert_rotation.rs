@@ -86,7 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let path = tmp.path().join("kubeconfig");
     std::fs::write(&path, kubeconfig.to_string())?;
-    // `bearer_reload::kube::infer()` with KUBECONFIG pointing here: kube's config, and the
+    // `Credentials::infer_config()` with KUBECONFIG pointing here: kube's config, and the
     // CA file as `root_cert_file` (kube keeps only its bytes).
     let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;

@@ -53,8 +53,8 @@ use http::Extensions;
 use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
+use crate::layer::RetryUnauthorized;
 use crate::layer::refused::{AfterRefusal, Refused};
-use crate::layer::{NoRetry, RetryUnauthorized};
 use crate::resend::{Failure, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
@@ -78,12 +78,12 @@ enum OnUnauthorized {
 /// request and reloads the token when a server refuses it. See the [module docs](self).
 ///
 /// `R` says whether a refused request is sent once more with the new token, as for
-/// [`BearerLayer`](crate::BearerLayer): [`NoRetry`] by default, [`RetryUnauthorized`]
+/// [`BearerLayer`](crate::BearerLayer): `()` (no) by default, [`RetryUnauthorized`]
 /// after [`retry_unauthorized`](Self::retry_unauthorized).
 ///
 /// [`reqwest_middleware::Middleware`]: https://docs.rs/reqwest-middleware/0.5/reqwest_middleware/trait.Middleware.html
 #[derive(Clone)]
-pub struct BearerMiddleware<R = NoRetry> {
+pub struct BearerMiddleware<R = ()> {
     store: TokenStore,
     own_header: OwnHeader,
     retry: R,
@@ -107,7 +107,7 @@ impl BearerMiddleware {
         Self {
             store,
             own_header: OwnHeader::Keep,
-            retry: NoRetry,
+            retry: (),
         }
     }
 }
@@ -154,7 +154,7 @@ impl Refused for Response {
 }
 
 #[async_trait::async_trait]
-impl Middleware for BearerMiddleware<NoRetry> {
+impl Middleware for BearerMiddleware<()> {
     async fn handle(
         &self,
         req: Request,

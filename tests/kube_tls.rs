@@ -79,7 +79,7 @@ fn exec_user(plugin: &Plugin) -> serde_json::Value {
     }})
 }
 
-/// What [`bearer_reload::kube::infer`] makes of the kubeconfig: kube's config and its CA
+/// What [`Credentials::infer_config`] makes of the kubeconfig: kube's config and its CA
 /// file as `root_cert_file`.
 async fn config(path: &Path, dir: &Path) -> kube::Config {
     let mut config = support::kube_config(path).await;

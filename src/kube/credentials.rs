@@ -34,7 +34,7 @@ use crate::tls::{IdentityStore, RootStore};
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use bearer_reload::kube::Credentials;
 ///
-/// let config = bearer_reload::kube::infer().await?;
+/// let config = Credentials::infer_config().await?;
 /// let credentials = Credentials::load(&config).await?;
 /// // Two clients, one store (one exec plugin run per rotation between them).
 /// let api = credentials.client(config.clone())?;
@@ -57,6 +57,36 @@ impl From<TokenStore> for Credentials {
 }
 
 impl Credentials {
+    /// The config to build credentials and clients for: kube's [`Config::infer`], and the
+    /// kubeconfig cluster's `certificate-authority` file as `root_cert_file`, so that
+    /// [`load`](Self::load) watches it (kube keeps only its bytes). In a pod,
+    /// `root_cert_file` is the service account's `ca.crt` already. For a config of your
+    /// own, set `root_cert_file` to the CA file to have it watched.
+    ///
+    /// kube's own `Config::infer` gives the same config without the CA file's path, so
+    /// that a rotated CA bundle would not be followed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Infer`] when kube finds no config: neither in-cluster variables nor a
+    /// kubeconfig.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), bearer_reload::kube::Error> {
+    /// use bearer_reload::kube::Credentials;
+    ///
+    /// let config = Credentials::infer_config().await?;
+    /// let client = Credentials::load(&config).await?.client(config)?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    ///
+    /// [`Config::infer`]: https://docs.rs/kube/5/kube/struct.Config.html#method.infer
+    pub async fn infer_config() -> Result<Config, Error> {
+        super::infer_config().await
+    }
+
     /// The stores `config` calls for, each loaded with the default options:
     ///
     /// - the token: the user's token file or exec plugin, as
@@ -67,7 +97,7 @@ impl Credentials {
     ///   ([`IdentityStore::exec`]);
     /// - with feature `tls`, the CA bundle: `config.root_cert_file` (watched; the
     ///   in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` as
-    ///   [`infer`](super::infer) sets it), else `config.root_cert` (kept as it is).
+    ///   [`infer_config`](Self::infer_config) sets it), else `config.root_cert` (kept as it is).
     ///
     /// None at all when nothing in `config` rotates that kube's own client would not
     /// handle as well (an inline token alone, an auth provider; without feature `tls`, a
@@ -182,7 +212,7 @@ impl Credentials {
     /// use std::time::Duration;
     /// use bearer_reload::kube::Credentials;
     ///
-    /// let config = bearer_reload::kube::infer().await?;
+    /// let config = Credentials::infer_config().await?;
     /// let Some(builder) = Credentials::token_store_builder(&config)? else {
     ///     return Ok(()); // neither a token file nor a plugin: `kube::Client::try_from(config)`
     /// };

@@ -23,7 +23,7 @@
 //!
 //! // In a pod: the projected service-account token, reloaded as the kubelet rotates it.
 //! // On a laptop: the kubeconfig's token file or exec plugin (`aws eks get-token`, ...).
-//! let config = bearer_reload::kube::infer().await?;
+//! let config = Credentials::infer_config().await?;
 //! let client = Credentials::load(&config).await?.client(config)?;
 //! let configmaps: Api<ConfigMap> = Api::default_namespaced(client);
 //! for cm in configmaps.list(&Default::default()).await? {
@@ -47,7 +47,7 @@
 //!
 //! With feature `tls`, also those whose user presents a client certificate (files, data,
 //! or an exec plugin's), and those whose CA bundle is a file (`root_cert_file`: the
-//! in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` through [`infer`]); see
+//! in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` through [`Credentials::infer_config`]); see
 //! [TLS](#tls). For every other config (an inline token alone, auth providers, and without
 //! `tls` client certificates), [`Credentials::load`] loads nothing, and
 //! [`Credentials::client`] returns kube's own client, unchanged; a `debug` event says why.
@@ -144,7 +144,7 @@ pub enum Error {
     /// kube could not build its client from the config.
     #[error(transparent)]
     Kube(#[from] ::kube::Error),
-    /// kube found no config ([`infer`]).
+    /// kube found no config ([`Credentials::infer_config`]).
     #[error(transparent)]
     Infer(#[from] ::kube::config::InferConfigError),
     /// The user's `exec` section cannot be used (no command, an unknown `apiVersion`, ...).
@@ -177,21 +177,8 @@ pub enum Error {
     },
 }
 
-/// kube's [`Config::infer`], and the kubeconfig cluster's `certificate-authority` file as
-/// `root_cert_file`, so that [`Credentials::load`] watches it (kube keeps only its bytes).
-/// In a pod, `root_cert_file` is the service account's `ca.crt` already. For a config of
-/// your own, set `root_cert_file` to the CA file to have it watched.
-///
-/// This is the config to give [`Credentials`]: kube's own `Config::infer` gives the same
-/// config without the CA file's path, so that a rotated CA bundle would not be followed.
-///
-/// # Errors
-///
-/// [`Error::Infer`] when kube finds no config: neither in-cluster variables nor a
-/// kubeconfig.
-///
-/// [`Config::infer`]: https://docs.rs/kube/5/kube/struct.Config.html#method.infer
-pub async fn infer() -> Result<Config, Error> {
+/// kube's `Config::infer`, with the CA file's path kept: [`Credentials::infer_config`].
+async fn infer_config() -> Result<Config, Error> {
     let mut config = Config::infer().await?;
     if config.root_cert_file.is_none() {
         config.root_cert_file = Kubeconfig::read()

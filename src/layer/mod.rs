@@ -79,14 +79,10 @@ enum OwnHeader {
     Replace,
 }
 
-/// What a refusal does by default ([`BearerLayer`]'s and
-/// [`BearerMiddleware`](crate::reqwest::BearerMiddleware)'s `R`): the token is reloaded
-/// for the requests that follow, and the refused request goes back to its caller.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoRetry;
-
-/// What a refusal does after `retry_unauthorized()`: the token is reloaded, and the refused
-/// request is sent once more with the new token (see [`RetryFuture`]).
+/// What a refusal does after `retry_unauthorized()` ([`BearerLayer`]'s and
+/// [`BearerMiddleware`](crate::reqwest::BearerMiddleware)'s `R`): the token is reloaded,
+/// and the refused request is sent once more with the new token (see [`RetryFuture`]).
+/// Without it (`R` is `()`, the default) the refused request goes back to its caller.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RetryUnauthorized;
 
@@ -96,12 +92,12 @@ pub struct RetryUnauthorized;
 /// `C` tells a refusal (HTTP 401 by default, [`classifier`](Self::classifier) for gRPC's);
 /// `R` says whether the refused request itself is sent once more with the new token
 /// ([`RetryUnauthorized`], set by [`retry_unauthorized`](Self::retry_unauthorized)) or goes
-/// back to the caller ([`NoRetry`]). The two are independent: set them in any order.
+/// back to the caller (`()`, the default). The two are independent: set them in any order.
 ///
 /// See the [module docs](crate::layer) for an example, and
 /// [the crate docs](crate#where-the-layer-goes) for where it goes in a stack.
 #[derive(Debug, Clone)]
-pub struct BearerLayer<C = Http401, R = NoRetry> {
+pub struct BearerLayer<C = Http401, R = ()> {
     store: TokenStore,
     own_header: OwnHeader,
     classifier: C,
@@ -116,7 +112,7 @@ impl BearerLayer {
             store,
             own_header: OwnHeader::Keep,
             classifier: Http401,
-            retry: NoRetry,
+            retry: (),
         }
     }
 }
@@ -218,7 +214,7 @@ impl Authorizer {
 /// token when a server refuses it; built by [`BearerLayer`], whose docs say what `C` and
 /// `R` are.
 #[derive(Clone)]
-pub struct BearerService<S, C = Http401, R = NoRetry> {
+pub struct BearerService<S, C = Http401, R = ()> {
     inner: S,
     auth: Authorizer,
     classifier: C,
@@ -253,7 +249,7 @@ impl<S, C, R> BearerService<S, C, R> {
     }
 }
 
-impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, NoRetry>
+impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, ()>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
     C: Unauthorized,

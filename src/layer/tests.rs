@@ -427,7 +427,7 @@ async fn a_service_shows_its_inner_service_store_and_retry_and_no_token() {
         "Inner",
         "TokenStore",
         "Http401",
-        "retry: NoRetry",
+        "retry: ()",
     ] {
         assert!(shown.contains(part), "{part}: {shown}");
     }

@@ -114,6 +114,7 @@ pub(crate) enum InteractiveMode {
 /// Each store runs its own plugin. Clients of one kubeconfig user that should run the
 /// plugin once per rotation between them share one store: load it once and give a clone
 /// to each client (see [`bearer_reload::kube`]).
+///
 #[cfg_attr(feature = "kube", doc = "[`bearer_reload::kube`]: crate::kube")]
 #[cfg_attr(
     not(feature = "kube"),

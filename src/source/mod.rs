@@ -12,7 +12,7 @@
 //!   `tokenFile`, a Vault agent sink);
 //! - [`FnSource`]: an async closure;
 //! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
-//!   `kubelogin`, ...), see [`exec`];
+//!   `kubelogin`, ...);
 //! - [`TokenRequestSource`] (feature `kube`): audience-bound service-account tokens from the
 //!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
 //! - `oauth2::ClientCredentials` and `oauth2::TokenExchange` (feature `oauth2`): OAuth 2.0
