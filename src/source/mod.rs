@@ -229,6 +229,13 @@ impl FetchContext {
         }
     }
 
+    /// The same context with a cap of `max_size` bytes.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn capped(mut self, max_size: usize) -> Self {
+        self.max_size = self.max_size.min(max_size);
+        self
+    }
+
     /// The same context on the store's clock.
     pub(crate) fn on(mut self, clock: Clock) -> Self {
         self.clock = clock;

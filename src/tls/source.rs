@@ -86,6 +86,11 @@ impl TokenSource for PemFiles {
     }
 }
 
+/// The most PEM parsed on the watcher's thread, as a change comes: a client identity, a
+/// small CA bundle. A system bundle (hundreds of KB) is read and parsed on the blocking
+/// pool, so that it never holds up the events of the other stores on the one watcher.
+const ON_THE_SPOT_MAX: usize = 64 * 1024;
+
 /// A certificate's PEM and its key's, as one PEM.
 fn join(cert: &Fetched, key: &Fetched) -> Fetched {
     let mut pem = cert.bytes().to_vec();
@@ -190,10 +195,12 @@ impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
         Ok(self.parse(&fetched, cx)?)
     }
 
-    /// The inner source's read without blocking, parsed; a read that does not parse is
-    /// left to `fetch`, which reports it.
+    /// The inner source's read without blocking, parsed, for PEM of up to
+    /// [`ON_THE_SPOT_MAX`] bytes; a larger one, or a read that does not parse, is left to
+    /// `fetch`, which reports what is wrong.
     fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        self.parse(&self.inner.fetch_now(cx)?, cx).ok()
+        self.parse(&self.inner.fetch_now(cx.capped(ON_THE_SPOT_MAX))?, cx)
+            .ok()
     }
 
     fn describe(&self) -> String {
