@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use crate::clock::Clock;
 use crate::refresh::timer::MIN_PERIOD;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource};
-use crate::store::{Config, Credential, LoadError, Start, TokenStore};
+use crate::store::{Config, Credential, Kind, LoadError, Start, Store, TokenStore};
 
 /// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`]. With feature `tls`,
 /// the same builder, with the same options, builds the stores of a client certificate and
@@ -47,9 +48,11 @@ use crate::store::{Config, Credential, LoadError, Start, TokenStore};
 /// exec plugin); and 401s to one token trigger at most one fetch a second.
 pub struct StoreBuilder<S = TokenStore> {
     source: Arc<dyn DynSource>,
-    credential: Credential,
-    /// Turns the store built into what the caller asked for.
-    finish: fn(TokenStore) -> S,
+    /// What the store holds.
+    kind: Kind,
+    /// Builds the store of the credential the builder was made for, and hands it out as
+    /// `S`.
+    build: Build<S>,
     /// The source's [`describe`](TokenSource::describe).
     origin: String,
     /// The source's files, if it reads any.
@@ -70,7 +73,7 @@ pub struct StoreBuilder<S = TokenStore> {
 impl<S> fmt::Debug for StoreBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreBuilder")
-            .field("credential", &self.credential)
+            .field("credential", &self.kind)
             .field("source", &self.origin)
             .field("refresh_interval", &self.period())
             .field("watch", &self.watch_paths())
@@ -88,28 +91,27 @@ impl TokenStore {
     /// ([`FnSource`](crate::source::FnSource)), an exec plugin
     /// ([`ExecSource`](crate::source::ExecSource)), a TokenRequest, or a source of your own.
     pub fn builder(source: impl TokenSource) -> StoreBuilder {
-        StoreBuilder::of(source, Credential::Token, |store| store)
+        StoreBuilder::of(source, TokenStore::new)
     }
 }
 
 impl<S> StoreBuilder<S> {
-    /// A builder of a store of `credential` on `source`, handed out by `finish`.
-    pub(crate) fn of(
-        source: impl TokenSource,
-        credential: Credential,
-        finish: fn(TokenStore) -> S,
-    ) -> Self {
+    /// A builder of a store of `C` on `source`, handed out by `finish`.
+    pub(crate) fn of<C: Credential>(source: impl TokenSource, finish: fn(Store<C>) -> S) -> Self
+    where
+        S: Send + 'static,
+    {
         StoreBuilder {
             origin: source.describe(),
             paths: source.paths().to_vec(),
             default_refresh_interval: source.default_refresh_interval(),
             default_fetch_timeout: source.default_fetch_timeout(),
             source: Arc::new(source),
-            credential,
-            finish,
+            kind: C::KIND,
+            build: Box::new(move |parts, refresher| Box::pin(build(parts, refresher, finish))),
             refresh_interval: None,
             watch: true,
-            max_size: credential.default_max_size(),
+            max_size: C::KIND.default_max_size(),
             unauthorized_interval: Duration::from_secs(1),
             fetch_timeout: None,
             name: None,
@@ -258,14 +260,8 @@ impl<S> StoreBuilder<S> {
     /// A [`LoadError`] naming the source when the first fetch fails, takes longer than the
     /// time limit, or does not yield a valid credential.
     pub async fn load(self) -> Result<S, LoadError> {
-        let plan = self.plan();
-        let finish = self.finish;
-        let store = self.build().await?;
-        let start: Start = Arc::new(move |weak| Box::pin(refresh::refresher(weak, &plan)));
-        let refresher = start(store.downgrade());
-        store.restart_with(start);
-        tokio::spawn(refresher);
-        Ok(finish(store))
+        let (store, _) = self.build(Refresher::Spawned).await?;
+        Ok(store)
     }
 
     /// Like [`load`](Self::load), but hands back the background work (the timer and the
@@ -295,11 +291,9 @@ impl<S> StoreBuilder<S> {
     /// # Ok(()) }
     /// ```
     pub async fn pair(self) -> Result<(S, impl Future<Output = ()> + Send + 'static), LoadError> {
-        let plan = self.plan();
-        let finish = self.finish;
-        let store = self.build().await?;
-        let refresher = refresh::refresher(store.downgrade(), &plan);
-        Ok((finish(store), refresher))
+        let (store, refresher) = self.build(Refresher::Caller).await?;
+        let refresher = refresher.expect("a refresher for the caller");
+        Ok((store, refresher))
     }
 
     fn period(&self) -> Option<Duration> {
@@ -323,17 +317,79 @@ impl<S> StoreBuilder<S> {
         }
     }
 
-    async fn build(self) -> Result<TokenStore, LoadError> {
-        let config = Config {
-            credential: self.credential,
-            fetch_timeout: self.time_limit(),
-            name: self.name,
-            max_size: self.max_size,
-            unauthorized_interval: self.unauthorized_interval,
-            clock: self.clock,
+    async fn build(self, refresher: Refresher) -> Result<(S, Option<Background>), LoadError> {
+        let parts = Parts {
+            plan: self.plan(),
+            config: Config {
+                fetch_timeout: self.time_limit(),
+                name: self.name,
+                max_size: self.max_size,
+                unauthorized_interval: self.unauthorized_interval,
+                clock: self.clock,
+            },
+            source: self.source,
+            origin: self.origin,
         };
-        TokenStore::load(self.source, self.origin, config).await
+        (self.build)(parts, refresher).await
     }
+}
+
+/// What a store is built from, the credential aside.
+struct Parts {
+    source: Arc<dyn DynSource>,
+    origin: String,
+    config: Config,
+    plan: Plan,
+}
+
+/// Who runs a store's refresher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refresher {
+    /// Spawned on the current runtime, and spawned again by the store if that runtime
+    /// goes ([`StoreBuilder::load`]).
+    Spawned,
+    /// Handed to the caller ([`StoreBuilder::pair`]).
+    Caller,
+}
+
+/// A store's refresher, as handed to the caller.
+type Background = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// How a builder builds its store and hands it out.
+type Build<S> = Box<
+    dyn FnOnce(
+            Parts,
+            Refresher,
+        )
+            -> Pin<Box<dyn Future<Output = Result<(S, Option<Background>), LoadError>> + Send>>
+        + Send,
+>;
+
+/// Loads a store of `C`, starts its refresher (or hands it back), and hands the store out
+/// as `finish` makes it.
+async fn build<C: Credential, S>(
+    parts: Parts,
+    refresher: Refresher,
+    finish: fn(Store<C>) -> S,
+) -> Result<(S, Option<Background>), LoadError> {
+    let Parts {
+        source,
+        origin,
+        config,
+        plan,
+    } = parts;
+    let store = Store::<C>::load(source, origin, config).await?;
+    let background = match refresher {
+        Refresher::Spawned => {
+            let start: Start<C> = Arc::new(move |weak| Box::pin(refresh::refresher(weak, &plan)));
+            let background = start(store.downgrade());
+            store.restart_with(start);
+            tokio::spawn(background);
+            None
+        }
+        Refresher::Caller => Some(Box::pin(refresh::refresher(store.downgrade(), &plan)) as _),
+    };
+    Ok((finish(store), background))
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ impl<R> BearerMiddleware<R> {
     /// generation of the token it set.
     fn authorize(&self, req: &mut Request) -> Option<u64> {
         if self.own_header == OwnHeader::Keep && req.headers().contains_key(AUTHORIZATION) {
-            self.store.count_kept_authorization();
+            self.store.0.count_kept_authorization();
             return None;
         }
         let token = self.store.current();
@@ -187,7 +187,7 @@ impl<R: Send + Sync> BearerMiddleware<R> {
         next: Next<'_>,
         on_unauthorized: OnUnauthorized,
     ) -> Result<Response> {
-        self.store.revive_if_stopped();
+        self.store.0.revive_if_stopped();
         let Some(sent) = self.authorize(&mut req) else {
             // Only our own token is ours to refresh.
             return next.run(req, extensions).await;
@@ -205,10 +205,10 @@ impl<R: Send + Sync> BearerMiddleware<R> {
         else {
             // Starts the store's read and returns: the requests that follow get the new
             // token, this one gets its 401.
-            self.store.reload_after_refusal(sent, Certainty::Certain);
+            self.store.0.reload_after_refusal(sent, Certainty::Certain);
             return Ok(response);
         };
-        let after = AfterRefusal::new(self.store.clone(), sent, Certainty::Certain, response);
+        let after = AfterRefusal::new(self.store.0.clone(), sent, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         if let Err(response) =
             std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
@@ -216,9 +216,10 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             // The same token would be refused again.
             return Ok(response);
         }
-        self.store.resend(replay.headers_mut());
+        self.store.0.resend(replay.headers_mut());
         let response = next.run(replay, extensions).await?;
         self.store
+            .0
             .count_resent(response.status() == StatusCode::UNAUTHORIZED);
         Ok(response)
     }

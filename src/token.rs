@@ -63,7 +63,7 @@ pub(crate) mod claims;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub fn fuzz_claims(token: &Token, now: SystemTime) -> String {
-    let _ = (token.freshness_at(now), token.is_expired_at(now));
+    let _ = token.freshness_at(now);
     format!("{:?} {:?}", token.kind(), token.subject())
 }
 
@@ -212,30 +212,10 @@ fn bootstrap_id(token: &str) -> Option<&str> {
 pub struct Token {
     header: HeaderValue,
     digest: [u8; 32],
-    generation: u64,
-    loaded_at: SystemTime,
     kind: TokenKind,
-    /// The expiry the source gave, which wins over a JWT's `exp`.
-    source_expiry: Option<SystemTime>,
-    /// When the source asked to be fetched again.
-    refresh_at: Option<SystemTime>,
-    /// What a store of another credential keeps beside its placeholder token (a parsed
-    /// client certificate, a CA bundle), installed with it in one atomic swap.
-    attached: Option<Attached>,
-}
-
-/// A value kept beside a token: what logs show instead of the placeholder token.
-pub(crate) type Attached = std::sync::Arc<dyn AttachedValue>;
-
-/// What can be kept beside a token: a credential of another kind (feature `tls`), which
-/// speaks for its placeholder token in logs and in the store's status.
-pub(crate) trait AttachedValue: std::any::Any + fmt::Display + Send + Sync {
-    /// Whom the credential names.
-    fn subject(&self) -> Option<&str>;
-    /// Its fingerprint, when it has one of its own.
-    fn fingerprint(&self) -> Option<String>;
-    /// Whether it is no longer valid at `now`.
-    fn is_expired_at(&self, now: SystemTime) -> bool;
+    /// The store's generation and read time, and the source's dates (an expiry that wins
+    /// over a JWT's `exp`, a time to fetch again).
+    stamp: Stamp,
 }
 
 impl Token {
@@ -292,34 +272,13 @@ impl Token {
         Ok(Self {
             header,
             digest: Sha256::digest(secret).into(),
-            generation: 0,
-            loaded_at: SystemTime::now(),
             kind,
-            source_expiry: None,
-            refresh_at: None,
-            attached: None,
+            stamp: Stamp::default(),
         })
     }
 
-    /// The same token with `value` kept beside it.
-    pub(crate) fn with_attached(mut self, value: Option<Attached>) -> Self {
-        self.attached = value;
-        self
-    }
-
-    /// Whether a value is kept beside the token.
-    pub(crate) fn has_attached(&self) -> bool {
-        self.attached.is_some()
-    }
-
-    /// The value kept beside the token, if it is a `T`.
-    #[cfg(feature = "tls")]
-    pub(crate) fn attached<T: AttachedValue>(&self) -> Option<std::sync::Arc<T>> {
-        let value: std::sync::Arc<dyn std::any::Any + Send + Sync> = self.attached.clone()?;
-        value.downcast().ok()
-    }
-
     /// What the token is: a JWT with its claims, a bootstrap token with its id, or opaque.
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn kind(&self) -> &TokenKind {
         &self.kind
     }
@@ -328,9 +287,6 @@ impl Token {
     /// (`system:serviceaccount:<namespace>:<name>` for a Kubernetes service account), or
     /// the user a bootstrap token authenticates as (`system:bootstrap:<id>`). Never secret.
     pub fn subject(&self) -> Option<&str> {
-        if let Some(value) = &self.attached {
-            return value.subject();
-        }
         match &self.kind {
             TokenKind::Jwt(claims) => claims.sub.as_deref(),
             TokenKind::Bootstrap { user } => Some(user),
@@ -341,18 +297,25 @@ impl Token {
     /// When the token expires: the expiry its source gave (an exec plugin's
     /// `expirationTimestamp`, ...), else a JWT's `exp`; `None` when neither is known.
     pub fn expires_at(&self) -> Option<SystemTime> {
-        self.source_expiry
-            .or_else(|| self.kind.claims().and_then(|c| c.exp))
+        self.stamp
+            .source_expiry
+            .or_else(|| self.claims().and_then(|c| c.exp))
     }
 
-    /// The expiry the source gave, if any (a JWT's `exp` aside).
-    pub(crate) fn source_expiry(&self) -> Option<SystemTime> {
-        self.source_expiry
+    /// The claims, for a JWT.
+    pub(crate) fn claims(&self) -> Option<&Claims> {
+        self.kind.claims()
     }
 
-    /// When the source asked to be fetched again, if it did.
-    pub(crate) fn source_refresh_at(&self) -> Option<SystemTime> {
-        self.refresh_at
+    /// The store's stamp on it.
+    pub(crate) fn stamp(&self) -> &Stamp {
+        &self.stamp
+    }
+
+    /// The same token with `stamp`.
+    pub(crate) fn stamped(mut self, stamp: Stamp) -> Self {
+        self.stamp = stamp;
+        self
     }
 
     /// When the token is due to be replaced: when its source asked to be fetched again
@@ -361,8 +324,9 @@ impl Token {
     /// `exp` the API server extended to a year, this is the token's real lifetime
     /// (`warnafter`), not the year.
     pub fn refresh_at(&self) -> Option<SystemTime> {
-        self.refresh_at
-            .or_else(|| self.kind.claims().and_then(Claims::rotate_hint))
+        self.stamp
+            .refresh_at
+            .or_else(|| self.claims().and_then(Claims::rotate_hint))
     }
 
     /// How the token stands at `now` against the dates in its claims, and the expiry its
@@ -372,18 +336,10 @@ impl Token {
             .kind
             .claims()
             .map_or(Freshness::Unknown, |c| c.freshness_at(now));
-        match self.source_expiry {
+        match self.stamp.source_expiry {
             Some(exp) if now >= exp => Freshness::Expired,
             Some(_) if claims == Freshness::Unknown => Freshness::Fresh,
             _ => claims,
-        }
-    }
-
-    /// Whether the token (or the credential beside it) has expired at `now`.
-    pub(crate) fn is_expired_at(&self, now: SystemTime) -> bool {
-        match &self.attached {
-            Some(value) => value.is_expired_at(now),
-            None => self.freshness_at(now) == Freshness::Expired,
         }
     }
 
@@ -395,10 +351,7 @@ impl Token {
     /// The token's fingerprint, safe to log: the first 8 hex digits of the SHA-256 of the
     /// token (`1a2b3c4d`).
     pub fn fingerprint(&self) -> String {
-        self.attached
-            .as_ref()
-            .and_then(|value| value.fingerprint())
-            .unwrap_or_else(|| self.short_fingerprint().to_string())
+        self.short_fingerprint().to_string()
     }
 
     /// The fingerprint, as logs show it and timers key their jitter on.
@@ -407,13 +360,14 @@ impl Token {
     }
 
     /// The store generation this token was installed as (0 until a store installs it).
+    #[inline]
     pub(crate) fn generation(&self) -> u64 {
-        self.generation
+        self.stamp.generation
     }
 
     /// When the bytes of this token were read.
     pub fn loaded_at(&self) -> SystemTime {
-        self.loaded_at
+        self.stamp.loaded_at
     }
 
     /// Whether both tokens carry the same secret.
@@ -421,22 +375,43 @@ impl Token {
         self.digest == other.digest
     }
 
-    pub(crate) fn with_generation(mut self, generation: u64) -> Self {
-        self.generation = generation;
-        self
-    }
-
-    /// When the store read the token (on its clock), and the dates its source gave.
+    /// The same token with the dates its source gave (tests).
+    #[cfg(test)]
     pub(crate) fn with_source_dates(
         mut self,
         loaded_at: SystemTime,
         expires_at: Option<SystemTime>,
         refresh_at: Option<SystemTime>,
     ) -> Self {
-        self.loaded_at = loaded_at;
-        self.source_expiry = expires_at;
-        self.refresh_at = refresh_at;
+        self.stamp.loaded_at = loaded_at;
+        self.stamp.source_expiry = expires_at;
+        self.stamp.refresh_at = refresh_at;
         self
+    }
+}
+
+/// What a store writes on each credential it installs: its generation, when it was read,
+/// and the dates its source gave. (Here, as a token carries it on the request path.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    /// 0 until a store installs it; 1 for a store's first.
+    pub(crate) generation: u64,
+    /// When the store read it, on the store's clock.
+    pub(crate) loaded_at: SystemTime,
+    /// The expiry the source gave, which wins over the credential's own.
+    pub(crate) source_expiry: Option<SystemTime>,
+    /// When the source asked to be fetched again.
+    pub(crate) refresh_at: Option<SystemTime>,
+}
+
+impl Default for Stamp {
+    fn default() -> Self {
+        Self {
+            generation: 0,
+            loaded_at: SystemTime::now(),
+            source_expiry: None,
+            refresh_at: None,
+        }
     }
 }
 
@@ -447,7 +422,7 @@ impl fmt::Debug for Token {
         let mut d = f.debug_struct("Token");
         d.field("kind", &format_args!("{}", self.kind.name()))
             .field("fingerprint", &self.short_fingerprint())
-            .field("generation", &self.generation);
+            .field("generation", &self.stamp.generation);
         match &self.kind {
             TokenKind::Jwt(claims) => {
                 if let Some(sub) = &claims.sub {
@@ -473,9 +448,6 @@ impl fmt::Debug for Token {
 /// 2026-11-29T13:00:07Z)`, `bootstrap token 1a2b3c4d (id abcdef)`, `opaque token 1a2b3c4d`.
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(value) = &self.attached {
-            return fmt::Display::fmt(value, f);
-        }
         write!(f, "{} token {}", self.kind.name(), self.short_fingerprint())?;
         match &self.kind {
             TokenKind::Jwt(claims) => {

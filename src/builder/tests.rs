@@ -14,13 +14,13 @@ async fn two_loads_of_one_file_are_two_stores() {
     let a = quiet(&path).load().await.unwrap();
     let b = quiet(&path).load().await.unwrap();
     assert!(
-        !a.ptr_eq(&b),
+        !a.0.ptr_eq(&b.0),
         "nothing shares a store behind the user's back"
     );
     assert_eq!((a.status().reads, b.status().reads), (1, 1));
     // A clone is the way to share one.
     let c = a.clone();
-    assert!(c.ptr_eq(&a));
+    assert!(c.0.ptr_eq(&a.0));
     std::fs::write(&path, "two").unwrap();
     c.reload().await.unwrap();
     assert_eq!(a.current().header_value(), "Bearer two");

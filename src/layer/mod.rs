@@ -60,7 +60,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
-use crate::store::{Certainty, StoreId, TokenStore};
+use crate::store::{Certainty, Store, StoreId, TokenStore};
 use crate::token::Token;
 
 pub(crate) mod refused;
@@ -80,7 +80,7 @@ enum OwnHeader {
 }
 
 /// What a refusal does after `retry_unauthorized()` ([`BearerLayer`]'s and
-/// [`BearerMiddleware`](crate::reqwest::BearerMiddleware)'s `R`): the token is reloaded,
+/// `reqwest::BearerMiddleware`'s `R`): the token is reloaded,
 /// and the refused request is sent once more with the new token (see [`RetryFuture`]).
 /// Without it (`R` is `()`, the default) the refused request goes back to its caller.
 #[derive(Debug, Clone, Copy, Default)]
@@ -170,7 +170,7 @@ impl<S, C: Clone, R: Clone> Layer<S> for BearerLayer<C, R> {
 /// generic, so that its slow path is compiled once.
 #[derive(Clone)]
 struct Authorizer {
-    store: TokenStore,
+    store: Store<Token>,
     cached: Arc<Token>,
     /// The store's number, here for the response future: one load fewer per request.
     id: StoreId,
@@ -179,6 +179,7 @@ struct Authorizer {
 
 impl Authorizer {
     fn new(store: &TokenStore, own_header: OwnHeader) -> Self {
+        let store = &store.0;
         Self {
             cached: store.current(),
             store: store.clone(),

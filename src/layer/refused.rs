@@ -22,7 +22,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -30,8 +29,7 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
-use crate::store::{Certainty, TokenStore};
-use crate::token::Token;
+use crate::store::{Certainty, Credential, Store};
 
 /// The most of a refused response's body read (and dropped) before the retry.
 const DRAIN_LIMIT: usize = 8 * 1024;
@@ -54,7 +52,8 @@ impl<B: Body> Refused for http::Response<B> {
     }
 }
 
-type Reload = Pin<Box<dyn Future<Output = Option<Arc<Token>>> + Send>>;
+/// The reload after a refusal: whether it brought a newer credential.
+type Reload = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 pin_project! {
     /// What follows a refusal: `Ok(())` when the request should be sent again now,
@@ -81,9 +80,14 @@ pin_project! {
 impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
     /// After `response` refused (with `certainty`) a request sent with the token of
     /// generation `sent`.
-    pub(crate) fn new(store: TokenStore, sent: u64, certainty: Certainty, response: R) -> Self {
+    pub(crate) fn new<C: Credential>(
+        store: Store<C>,
+        sent: u64,
+        certainty: Certainty,
+        response: R,
+    ) -> Self {
         let reload: Reload =
-            Box::pin(async move { store.refresh_after_refusal(sent, certainty).await });
+            Box::pin(async move { store.refresh_after_refusal(sent, certainty).await.is_some() });
         Self {
             step: Step::Reloading { reload },
             response: Some(response),
@@ -103,7 +107,7 @@ impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
             match this.step.as_mut().project() {
                 StepProj::Reloading { reload } => {
                     let newer = ready!(reload.as_mut().poll(cx));
-                    if newer.is_none() || !replayable.take().is_some_and(|f| f()) {
+                    if !newer || !replayable.take().is_some_and(|f| f()) {
                         this.step.set(Step::Done);
                         let response = this.response.take().expect("polled after completion");
                         return Poll::Ready(Err(response));
@@ -165,6 +169,7 @@ fn drained<B: Body>(
 mod tests {
     use super::*;
     use futures_util::StreamExt;
+    use std::sync::Arc;
 
     /// Drains `frames` (then stays pending if `endless`), counting the frames it polled.
     async fn drain(frames: Vec<usize>, endless: bool) -> (usize, usize) {
@@ -209,7 +214,7 @@ mod tests {
         let store = crate::test_support::rotated_store().await;
         // The source's "new" is read by the reload: a newer token.
         let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("x")));
-        let after = AfterRefusal::new(store.clone(), 1, Certainty::Certain, response);
+        let after = AfterRefusal::new(store.0.clone(), 1, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         let went = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
         assert!(went.is_ok());
@@ -217,7 +222,7 @@ mod tests {
         // The new token refused in turn: the source holds nothing newer, and the response
         // comes back as it was.
         let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("y")));
-        let after = AfterRefusal::new(store.clone(), 2, Certainty::Certain, response);
+        let after = AfterRefusal::new(store.0.clone(), 2, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
         let body = back.unwrap_err().into_body();
@@ -225,7 +230,7 @@ mod tests {
         assert_eq!(body.collect().await.unwrap().to_bytes(), "y");
         // A newer token, but a body that can no longer be replayed: given back too.
         let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("z")));
-        let after = AfterRefusal::new(store.clone(), 1, Certainty::Certain, response);
+        let after = AfterRefusal::new(store.0.clone(), 1, Certainty::Certain, response);
         let mut after = std::pin::pin!(after);
         let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || false)).await;
         assert!(back.is_err());

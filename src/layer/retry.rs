@@ -18,7 +18,8 @@ use super::{BearerService, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
 use crate::resend::{Failure, clone_request, may_send_again};
-use crate::store::{Certainty, TokenStore};
+use crate::store::{Certainty, Store};
+use crate::token::Token;
 
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, RetryUnauthorized>
 where
@@ -77,7 +78,7 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, ResB>,
-        sent: Option<(TokenStore, u64)>,
+        sent: Option<(Store<Token>, u64)>,
         classifier: C,
         replay: Option<Request<B>>,
         retry_svc: Option<S>,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::store::WeakStore;
+use crate::store::{Credential, WeakStore};
 
 pub(crate) mod chain;
 pub(crate) mod registry;
@@ -29,7 +29,10 @@ pub(crate) struct Plan {
 /// The refresher of the store behind `store`: its timer and, for a file, its watcher (which
 /// subscribes here, before the future first runs, so that the store's status says so at
 /// once), until the store is dropped.
-pub(crate) fn refresher(store: WeakStore, plan: &Plan) -> impl Future<Output = ()> + Send + use<> {
+pub(crate) fn refresher<C: Credential>(
+    store: WeakStore<C>,
+    plan: &Plan,
+) -> impl Future<Output = ()> + Send + use<C> {
     let timer = timer::run(store.clone(), plan.period, plan.clock);
     let watcher = (!plan.watch.is_empty()).then(|| watch::watch(store.clone(), &plan.watch));
     let early = Early(store.clone());
@@ -50,7 +53,10 @@ pub(crate) fn refresher(store: WeakStore, plan: &Plan) -> impl Future<Output = (
 }
 
 /// Runs `work` until it ends or the store behind `store` is dropped.
-pub(crate) async fn until_closed(store: WeakStore, work: impl Future<Output = ()>) {
+pub(crate) async fn until_closed<C: Credential>(
+    store: WeakStore<C>,
+    work: impl Future<Output = ()>,
+) {
     tokio::select! {
         () = store.closed() => {}
         () = work => {}
@@ -60,9 +66,9 @@ pub(crate) async fn until_closed(store: WeakStore, work: impl Future<Output = ()
 /// Tells the store, if it still lives, that its refresher is gone: dropped before it ended
 /// (its runtime shut down). A refresher ends only once its store is gone, so at its end
 /// there is no one to tell.
-struct Early(WeakStore);
+struct Early<C: Credential>(WeakStore<C>);
 
-impl Drop for Early {
+impl<C: Credential> Drop for Early<C> {
     fn drop(&mut self) {
         self.0.refresher_stopped();
     }

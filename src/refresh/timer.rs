@@ -36,11 +36,7 @@ use tokio::time::Instant;
 
 use crate::clock::{Clock, jitter};
 use crate::source::Trigger;
-use crate::store::{OnFailure, Recency, WeakStore};
-use crate::token::Token;
-
-/// How long after the kubelet's rotation point the file is re-read: its jitter.
-const KUBELET_JITTER: Duration = Duration::from_secs(10);
+use crate::store::{Credential, OnFailure, Recency, WeakStore};
 
 /// The least margin before a source-given expiry.
 const MIN_MARGIN: Duration = Duration::from_secs(60);
@@ -62,7 +58,11 @@ pub(crate) fn spread(period: Duration) -> Duration {
 
 /// Re-reads the store's source every `period` (if any), and at the moments the current
 /// token tells about (see the module docs), until the store is dropped.
-pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock) {
+pub(crate) async fn run<C: Credential>(
+    store: WeakStore<C>,
+    period: Option<Duration>,
+    clock: Clock,
+) {
     let period = period.map(|p| p.max(MIN_PERIOD));
     let Some((mut rotations, key)) = store.upgrade().map(|s| (s.subscribe(), s.jitter_key()))
     else {
@@ -82,7 +82,7 @@ pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock
     let mut served: Option<SystemTime> = None;
     // The backoff after a failed read (or a token due at once), before `retry_wait`.
     let mut retry = match store.upgrade() {
-        Some(s) if due_at_once(&s.current()) => Some(FIRST_RETRY),
+        Some(s) if due_at_once(&*s.current()) => Some(FIRST_RETRY),
         _ => None,
     };
     let mut next_tick = retry
@@ -96,7 +96,7 @@ pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock
             let (now, now_instant) = (clock.now(), Instant::now());
             let until_tick = next_tick.map(|t| t.saturating_duration_since(now_instant));
             let after = served.map_or(now, |s| s.max(now));
-            match next_moment(&current, after) {
+            match next_moment(&*current, after) {
                 Some(at)
                     if until_tick
                         .is_none_or(|until| at.duration_since(now).unwrap_or_default() < until) =>
@@ -134,7 +134,7 @@ pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock
         };
         retry = match outcome {
             None => return,
-            Some(Ok(_)) if !due_at_once(&current) => None,
+            Some(Ok(_)) if !due_at_once(&*current) => None,
             Some(_) => Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(cap)),
         };
         rotations.borrow_and_update();
@@ -143,7 +143,7 @@ pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock
         }
         // A read just happened: the next periodic one is a full period away (or the retry
         // delay). After a suspended process wakes up this is one re-read, not a burst.
-        let retry_wait = retry.map(|backoff| retry_wait(backoff, &current, clock.now()));
+        let retry_wait = retry.map(|backoff| retry_wait(backoff, &*current, clock.now()));
         next_tick = retry_wait
             .or_else(&mut periodic)
             .map(|wait| Instant::now() + wait);
@@ -151,15 +151,16 @@ pub(crate) async fn run(store: WeakStore, period: Option<Duration>, clock: Clock
 }
 
 /// Whether the source asked for `token` to be fetched again at once.
-fn due_at_once(token: &Token) -> bool {
+fn due_at_once<C: Credential>(token: &C) -> bool {
     token
-        .source_refresh_at()
+        .stamp()
+        .refresh_at
         .is_some_and(|at| at <= token.loaded_at())
 }
 
 /// The wait before the next attempt: the `backoff`, but while the token has not expired no
 /// later than halfway to its expiry (a cut that stops at [`FIRST_RETRY`]).
-fn retry_wait(backoff: Duration, token: &Token, now: SystemTime) -> Duration {
+fn retry_wait<C: Credential>(backoff: Duration, token: &C, now: SystemTime) -> Duration {
     match token
         .expires_at()
         .and_then(|exp| exp.duration_since(now).ok())
@@ -170,25 +171,18 @@ fn retry_wait(backoff: Duration, token: &Token, now: SystemTime) -> Duration {
 }
 
 /// The first moment strictly after `after` at which `token` should be fetched again.
-fn next_moment(token: &Token, after: SystemTime) -> Option<SystemTime> {
-    let moments = match token.source_expiry() {
+fn next_moment<C: Credential>(token: &C, after: SystemTime) -> Option<SystemTime> {
+    let stamp = token.stamp();
+    let moments = match stamp.source_expiry {
         Some(exp) => [
-            token
-                .source_refresh_at()
-                .or_else(|| before_expiry(token, exp)),
+            stamp.refresh_at.or_else(|| before_expiry(token, exp)),
             Some(exp),
             None,
         ],
-        None if token.source_refresh_at().is_some() => [token.source_refresh_at(), None, None],
+        None if stamp.refresh_at.is_some() => [stamp.refresh_at, None, None],
         None => {
-            let claims = token.kind().claims();
-            [
-                claims
-                    .and_then(|c| c.rotation_point())
-                    .and_then(|at| at.checked_add(KUBELET_JITTER)),
-                claims.and_then(|c| c.overdue_at()),
-                claims.and_then(|c| c.exp),
-            ]
+            let [rotation, overdue] = token.own_moments();
+            [rotation, overdue, token.own_expiry()]
         }
     };
     moments.into_iter().flatten().filter(|&at| at > after).min()
@@ -196,10 +190,10 @@ fn next_moment(token: &Token, after: SystemTime) -> Option<SystemTime> {
 
 /// `exp` less a tenth of the token's lifetime (at least [`MIN_MARGIN`]), less a jitter of
 /// up to a quarter of that margin drawn for this token; never before half the lifetime.
-fn before_expiry(token: &Token, exp: SystemTime) -> Option<SystemTime> {
+fn before_expiry<C: Credential>(token: &C, exp: SystemTime) -> Option<SystemTime> {
     let lifetime = exp.duration_since(token.loaded_at()).ok()?;
     let margin = (lifetime / 10).max(MIN_MARGIN);
-    let spread = jitter(token.short_fingerprint().as_u64(), margin / 4);
+    let spread = jitter(token.seed(), margin / 4);
     exp.checked_sub(margin + spread)
         .map(|at| at.max(token.loaded_at() + lifetime / 2))
 }

@@ -42,7 +42,7 @@ use tokio::sync::Semaphore;
 use super::chain::{ChainError, Start};
 use super::registry::{GLOBAL, ReadNow, Registry, Signal, Subscriber};
 use crate::source::Trigger;
-use crate::store::{OnFailure, Recency, WatchState, WeakStore};
+use crate::store::{Credential, OnFailure, Recency, WatchState, WeakStore};
 use crate::sync::lock;
 
 /// Delays before the retries of a read that failed right after an event; the last retry
@@ -61,10 +61,10 @@ const REARM_MAX: Duration = Duration::from_secs(2);
 /// process-wide registry, and returns the loops that reload it on each change (see the
 /// module docs), run together. The store's watch state is theirs combined: degraded when
 /// one is.
-pub(crate) fn watch(
-    handle: WeakStore,
+pub(crate) fn watch<C: Credential>(
+    handle: WeakStore<C>,
     paths: &[PathBuf],
-) -> impl Future<Output = ()> + Send + use<> {
+) -> impl Future<Output = ()> + Send + use<C> {
     let parts = Parts::new(paths.len());
     let loops: Vec<_> = paths
         .iter()
@@ -82,11 +82,11 @@ pub(crate) fn watch(
 
 /// [`watch`] of one path through `registry`.
 #[cfg(test)]
-pub(crate) fn watch_with(
+pub(crate) fn watch_with<C: Credential>(
     registry: &Arc<Registry>,
-    handle: WeakStore,
+    handle: WeakStore<C>,
     path: &Path,
-) -> impl Future<Output = ()> + Send + use<> {
+) -> impl Future<Output = ()> + Send + use<C> {
     let part = Part {
         parts: Parts::new(1),
         index: 0,
@@ -94,12 +94,12 @@ pub(crate) fn watch_with(
     watch_part(registry, handle, path, part)
 }
 
-fn watch_part(
+fn watch_part<C: Credential>(
     registry: &Arc<Registry>,
-    handle: WeakStore,
+    handle: WeakStore<C>,
     path: &Path,
     part: Part,
-) -> impl Future<Output = ()> + Send + use<> {
+) -> impl Future<Output = ()> + Send + use<C> {
     let start = Start::of(path);
     let mut watcher = Watcher {
         // Replaced by the directory's own once subscribed.
@@ -120,7 +120,7 @@ fn watch_part(
 
 /// The store's signal: it reads the store's source on the event's thread, when the source
 /// can without blocking ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)).
-fn signal(store: &WeakStore) -> Signal {
+fn signal<C: Credential>(store: &WeakStore<C>) -> Signal {
     let store = store.clone();
     let read: ReadNow = Box::new(move || store.read_now(Trigger::Watch));
     Signal::reading(read)
@@ -174,8 +174,8 @@ impl Part {
     }
 }
 
-struct Watcher {
-    store: WeakStore,
+struct Watcher<C: Credential> {
+    store: WeakStore<C>,
     start: Start,
     sub: Subscriber,
     reads: Arc<Semaphore>,
@@ -189,7 +189,7 @@ struct Watcher {
     part: Part,
 }
 
-impl Watcher {
+impl<C: Credential> Watcher<C> {
     /// The store's watch task: reload on each wake-up; while degraded, try to re-arm.
     async fn run(mut self) {
         let mut delay = REARM_FIRST;

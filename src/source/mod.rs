@@ -89,6 +89,11 @@ pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// How long a fetch may take by default: a file read or a closure.
 pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A credential a source parsed, carried to the store beside the bytes it came from (a
+/// client identity, a CA bundle: see `tls::source`).
+#[cfg(feature = "tls")]
+pub(crate) type Attached = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
 /// Any error, boxed: what the store keeps of a source's error.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -100,7 +105,9 @@ pub struct Fetched {
     bytes: Vec<u8>,
     expires_at: Option<SystemTime>,
     refresh_at: Option<SystemTime>,
-    attached: Option<crate::token::Attached>,
+    /// What a PEM source parsed the bytes into (feature `tls`).
+    #[cfg(feature = "tls")]
+    attached: Option<Attached>,
 }
 
 impl Fetched {
@@ -111,6 +118,7 @@ impl Fetched {
             bytes: bytes.into(),
             expires_at: None,
             refresh_at: None,
+            #[cfg(feature = "tls")]
             attached: None,
         }
     }
@@ -150,16 +158,16 @@ impl Fetched {
         self.refresh_at
     }
 
-    /// Keeps `value` beside the token, to be installed with it (a parsed certificate
-    /// beside its placeholder).
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn with_attached(mut self, value: crate::token::Attached) -> Self {
+    /// Carries `value`, what a PEM source parsed, to the store, which installs it.
+    #[cfg(feature = "tls")]
+    pub(crate) fn with_attached(mut self, value: Attached) -> Self {
         self.attached = Some(value);
         self
     }
 
-    /// The value kept beside the token, if any.
-    pub(crate) fn take_attached(&mut self) -> Option<crate::token::Attached> {
+    /// What a PEM source parsed, if it did.
+    #[cfg(feature = "tls")]
+    pub(crate) fn take_attached(&mut self) -> Option<Attached> {
         self.attached.take()
     }
 }
@@ -400,6 +408,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         store.reload().await.unwrap();
         store
+            .0
             .refresh_after_refusal(store.generation(), crate::store::Certainty::Certain)
             .await;
         let later = origin + Duration::from_secs(10);

@@ -15,22 +15,22 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{OnFailure, Recency, TokenStore, WatchState, WeakStore, word};
+use super::{Credential, OnFailure, Recency, Store, WatchState, WeakStore, word};
 use crate::source::Trigger;
 use crate::sync::lock;
 
 /// Builds a store's refresher: the same timer and watcher each time.
-pub(crate) type Start =
-    Arc<dyn Fn(WeakStore) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+pub(crate) type Start<C> =
+    Arc<dyn Fn(WeakStore<C>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Why [`WatchState::Stopped`].
 const STOPPED: &str = "the store's refresher stopped while the store lives (its tokio \
                        runtime shut down, or its future was dropped)";
 
-impl TokenStore {
+impl<C: Credential> Store<C> {
     /// Makes `start` the way to start the store's refresher again (a store whose refresher
     /// the crate spawned).
-    pub(crate) fn restart_with(&self, start: Start) {
+    pub(crate) fn restart_with(&self, start: Start<C>) {
         let _ = self.shared.restart.set(start);
     }
 
@@ -68,7 +68,7 @@ impl TokenStore {
     }
 }
 
-impl WeakStore {
+impl<C: Credential> WeakStore<C> {
     /// The refresher was dropped before the store: report it, and let the next use start
     /// it again (see the module docs).
     pub(crate) fn refresher_stopped(&self) {
@@ -95,7 +95,7 @@ impl WeakStore {
     }
 }
 
-impl super::Shared {
+impl<C: Credential> super::Shared<C> {
     pub(super) fn set_watch_state(&self, state: WatchState) {
         self.telemetry.watch_state(&state);
         *lock(&self.watch_state) = state;

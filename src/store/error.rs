@@ -91,42 +91,6 @@ impl LoadError {
     }
 }
 
-/// What a store holds, as its logs name it: a bearer token, or (feature `tls`) a client
-/// certificate or a CA bundle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(not(feature = "tls"), allow(dead_code))] // only `tls` stores hold the others
-pub(crate) enum Credential {
-    /// A bearer token.
-    Token,
-    /// A client certificate and its private key.
-    ClientCertificate,
-    /// The certificates of the authorities a client trusts.
-    CaBundle,
-}
-
-impl Credential {
-    /// The default cap on what a source gives: 64 KiB for a token; 1 MiB for a client
-    /// certificate (a chain with intermediates, and its key); 16 MiB for a CA bundle (a
-    /// system bundle is about 220 KB, a corporate one with intermediates passes 1 MB).
-    pub(crate) fn default_max_size(self) -> usize {
-        match self {
-            Credential::Token => crate::token::DEFAULT_MAX_SIZE,
-            Credential::ClientCertificate => 1024 * 1024,
-            Credential::CaBundle => 16 * 1024 * 1024,
-        }
-    }
-}
-
-impl fmt::Display for Credential {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Credential::Token => "a token",
-            Credential::ClientCertificate => "a client certificate",
-            Credential::CaBundle => "a CA bundle",
-        })
-    }
-}
-
 /// An error and its causes on one line, `a: b: c`, for logs.
 pub(crate) struct Chain<'a>(pub(crate) &'a (dyn Error + 'static));
 

@@ -10,8 +10,9 @@ use std::time::SystemTime;
 
 use tracing::field::display;
 
+use super::Credential;
 use crate::clock::Rfc3339;
-use crate::token::{Freshness, Token};
+use crate::token::Freshness;
 
 /// The generations already warned about, one counter per warning, and the generation of
 /// a token found stale (overdue or expired) by a read that found nothing newer: a stalled
@@ -26,11 +27,15 @@ pub(crate) struct ExpiryWarnings {
 impl ExpiryWarnings {
     /// Warns, once per token, when `token`, just confirmed as the newest the source holds,
     /// has expired or is overdue for rotation at `now`.
-    pub(crate) fn check(&self, token: &Token, now: SystemTime, source: &dyn fmt::Display) {
+    pub(crate) fn check<C: Credential>(
+        &self,
+        token: &C,
+        now: SystemTime,
+        source: &dyn fmt::Display,
+    ) {
         let generation = token.generation();
         // `fetch_max`: a check of an older token that finishes late cannot re-arm a warning.
         let first = |seen: &AtomicU64| seen.fetch_max(generation, Ordering::AcqRel) < generation;
-        let claims = token.kind().claims();
         let exp = token.expires_at().map(|t| display(Rfc3339(t)));
         let freshness = token.freshness_at(now);
         if freshness.is_stale() {
@@ -51,14 +56,12 @@ impl ExpiryWarnings {
                 }
             }
             Freshness::Overdue if first(&self.overdue) => {
-                let warnafter = claims
-                    .and_then(|c| c.warnafter)
-                    .map(|t| display(Rfc3339(t)));
+                let overdue = token.overdue_at().map(|t| display(Rfc3339(t)));
                 tracing::warn!(
                     %source,
                     %token,
                     exp,
-                    warnafter,
+                    overdue,
                     "the token in use is overdue for rotation and its source holds no \
                      newer token (a subPath mount, or a kubelet or writer that stopped?)"
                 );
@@ -70,14 +73,10 @@ impl ExpiryWarnings {
     /// Since when `token` (the one in use) has been stalled: the point at which it became
     /// overdue, if a check found it stale; `None` for a token never found stale (a newer
     /// token clears the signal by being another generation).
-    pub(crate) fn stalled_since(&self, token: &Token) -> Option<SystemTime> {
+    pub(crate) fn stalled_since<C: Credential>(&self, token: &C) -> Option<SystemTime> {
         if self.stalled.load(Ordering::Acquire) != token.generation() {
             return None;
         }
-        token
-            .kind()
-            .claims()
-            .and_then(|c| c.overdue_at())
-            .or(token.expires_at())
+        token.overdue_at().or(token.expires_at())
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use tokio::task::AbortHandle;
 
-use super::{Config, LoadError, Reloaded, Shared};
+use super::{Config, Credential, LoadError, Reloaded, Shared};
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
 
@@ -115,7 +115,7 @@ pub(crate) enum Ticket {
     Wait(u64),
 }
 
-impl Shared {
+impl<C: Credential> Shared<C> {
     /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
     pub(crate) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
         let mut guard = lock(&self.flight);
@@ -257,8 +257,8 @@ pub(crate) async fn fetch(
 }
 
 /// The read task: read `n`, then any read queued meanwhile, until none is.
-async fn read_loop(
-    store: Weak<Shared>,
+async fn read_loop<C: Credential>(
+    store: Weak<Shared<C>>,
     source: Arc<dyn DynSource>,
     mut n: u64,
     mut trigger: Trigger,
@@ -295,15 +295,15 @@ async fn read_loop(
 /// Ends the read in flight with an error if the read task is dropped before it finishes
 /// (its runtime shut down), so that no caller waits for it forever and the next caller
 /// starts a new read.
-struct Unfinished {
-    store: Weak<Shared>,
+struct Unfinished<C: Credential> {
+    store: Weak<Shared<C>>,
     origin: Arc<str>,
     /// The read in flight; 0 once the task ended normally.
     read: u64,
     trigger: Trigger,
 }
 
-impl Drop for Unfinished {
+impl<C: Credential> Drop for Unfinished<C> {
     fn drop(&mut self) {
         if self.read == 0 {
             return;

@@ -1,47 +1,42 @@
-//! Installing a fetched token: validate it, keep the last good one, bump the generation.
+//! Installing a fetched credential: validate it, keep the last good one, bump the generation.
 
 use std::sync::Arc;
 
-use super::{Config, Counters, LoadError, Reloaded, Shared, Shown, event};
+use super::{Config, Counters, Credential, LoadError, Reloaded, Shared, Stamp, event};
 use crate::source::{Fetched, Trigger};
 use crate::sync::lock;
-use crate::token::{Token, TokenError};
 
-/// Validates fetched bytes as a token, with the source's dates.
-pub(super) fn token_of(
-    mut fetched: Fetched,
+/// A fetched read as the store's credential, stamped with the time of the read and the
+/// source's dates (generation 0 until it is installed).
+pub(super) fn credential_of<C: Credential>(
+    fetched: Fetched,
     origin: &Arc<str>,
     config: &Config,
-) -> Result<Token, LoadError> {
-    let invalid = |source: TokenError| LoadError::Invalid {
-        origin: origin.clone(),
-        source,
+) -> Result<C, LoadError> {
+    let stamp = Stamp {
+        generation: 0,
+        loaded_at: config.clock.now(),
+        source_expiry: fetched.expires_at(),
+        refresh_at: fetched.refresh_at(),
     };
-    let token = Token::parse_capped(fetched.bytes(), config.max_size).map_err(invalid)?;
-    Ok(token
-        .with_source_dates(
-            config.clock.now(),
-            fetched.expires_at(),
-            fetched.refresh_at(),
-        )
-        .with_attached(fetched.take_attached()))
+    Ok(C::from_fetched(fetched, origin, config.max_size)?.stamped(stamp))
 }
 
-impl Shared {
+impl<C: Credential> Shared<C> {
     /// Installs a fetched token if it is valid and new.
     pub(super) fn install(
         &self,
         fetched: Fetched,
         trigger: Trigger,
     ) -> Result<Reloaded, LoadError> {
-        let token = token_of(fetched, &self.origin, &self.config)?;
+        let token: C = credential_of(fetched, &self.origin, &self.config)?;
         *lock(&self.last_error) = None;
         let old = self.current.load_full();
-        if old.same_secret(&token) {
+        if old.same(&token) {
             event!(
-                self.config.credential,
+                C::KIND,
                 trace,
-                { trigger = trigger.as_str(), token = %Shown(&old), },
+                { trigger = trigger.as_str(), token = %old.logged(), },
                 "token unchanged",
                 "unchanged"
             );
@@ -49,13 +44,17 @@ impl Shared {
         }
         let from = old.generation();
         let to = from + 1;
-        let token = token.with_generation(to);
+        let stamp = Stamp {
+            generation: to,
+            ..*token.stamp()
+        };
+        let token = token.stamped(stamp);
         event!(
-            self.config.credential,
+            C::KIND,
             info,
             {
                 trigger = trigger.as_str(),
-                old = %Shown(&old),
+                old = %old.logged(),
                 new = %token,
                 generation = to,
             },

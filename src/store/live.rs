@@ -12,10 +12,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use super::{Shared, TokenStore};
+use super::{Shared, Store};
 use crate::sync::lock;
+use crate::token::Token;
 
-static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<Shared>>>> = LazyLock::new(Mutex::default);
+static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<Shared<Token>>>>> = LazyLock::new(Mutex::default);
 
 /// A store's number, unique for the life of the process: `Copy`, and free to hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,7 +30,7 @@ impl StoreId {
     }
 
     /// Registers `shared` under its number.
-    pub(super) fn register(shared: &Arc<Shared>) {
+    pub(super) fn register(shared: &Arc<Shared<Token>>) {
         lock(&LIVE).insert(shared.id, Arc::downgrade(shared));
     }
 
@@ -39,9 +40,9 @@ impl StoreId {
     }
 
     /// The store, if it is still alive.
-    pub(crate) fn store(self) -> Option<TokenStore> {
+    pub(crate) fn store(self) -> Option<Store<Token>> {
         let shared = lock(&LIVE).get(&self)?.upgrade()?;
-        Some(TokenStore { shared })
+        Some(Store { shared })
     }
 }
 
@@ -59,9 +60,9 @@ mod tests {
         .load()
         .await
         .unwrap();
-        let id = store.shared.id;
+        let id = store.0.shared.id;
         let clone = id.store().expect("found while alive");
-        assert!(Arc::ptr_eq(&clone.shared, &store.shared));
+        assert!(Arc::ptr_eq(&clone.shared, &store.0.shared));
         drop((store, clone));
         assert!(id.store().is_none());
         // Not a dead entry kept for the life of the process: the table holds live stores.

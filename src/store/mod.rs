@@ -1,7 +1,10 @@
 //! [`TokenStore`]: the current token, shared by every request, and how it is replaced.
 //!
-//! The store holds the current [`Token`] in an [`ArcSwap`] and a generation counter that
-//! goes up by one each time a token with a different secret is installed. Reading it is
+//! One store serves every credential (a bearer token, and with feature `tls` a client
+//! identity and a CA bundle); [`TokenStore`], `tls::IdentityStore` and `tls::RootStore`
+//! are its handles. The store holds the current credential in an
+//! [`ArcSwap`] and a generation counter that goes up by one each time a different one is
+//! installed. Reading it is
 //! lock-free. A reload reads the source once for all concurrent callers (single flight, in
 //! a task the store owns: a caller that goes away does not cancel it), installs the result
 //! only when it is valid, and otherwise keeps the last good token and reports the error.
@@ -55,6 +58,7 @@ use crate::sync::lock;
 use crate::token::Token;
 
 mod background;
+mod credential;
 mod error;
 mod expiry;
 mod flight;
@@ -65,8 +69,8 @@ mod status;
 mod telemetry;
 mod weak;
 
+pub(crate) use credential::{Credential, Kind, Stamp};
 pub(crate) use error::Chain;
-pub(crate) use error::Credential;
 pub use error::LoadError;
 pub use status::{Status, WatchState};
 
@@ -78,7 +82,7 @@ pub(crate) use weak::WeakStore;
 
 use expiry::ExpiryWarnings;
 use flight::{Done, Flight, Ticket};
-use install::token_of;
+use install::credential_of;
 pub(crate) use refused::Certainty;
 use refused::RefusalReads;
 use status::Counters;
@@ -102,7 +106,7 @@ mod word {
 macro_rules! event {
     ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
         match $credential {
-            $crate::store::Credential::Token => tracing::$level!($($fields)* $token),
+            $crate::store::Kind::Token => tracing::$level!($($fields)* $token),
             other => tracing::$level!(credential = %other, $($fields)* $other),
         }
     };
@@ -112,8 +116,6 @@ use event;
 /// What the store needs to know of its options.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    /// What the store holds.
-    pub(crate) credential: Credential,
     /// The `source` label of the store's metrics; its source's description when `None`.
     pub(crate) name: Option<String>,
     pub(crate) max_size: usize,
@@ -131,10 +133,11 @@ pub(crate) enum Reloaded {
     Rotated,
 }
 
-pub(crate) struct Shared {
+/// A store of `C`: what every handle of it shares.
+pub(crate) struct Shared<C: Credential> {
     /// This store's number in the table of live stores.
     id: StoreId,
-    current: ArcSwap<Token>,
+    current: ArcSwap<C>,
     /// The generation of `current` and the flags of [`word`], written after `current`.
     word: AtomicU64,
     source: Arc<dyn DynSource>,
@@ -154,10 +157,10 @@ pub(crate) struct Shared {
     telemetry: Telemetry,
     /// How to start the refresher again when it stops while the store lives; unset for a
     /// store whose refresher the caller runs ([`StoreBuilder::pair`](crate::StoreBuilder::pair)).
-    restart: OnceLock<Start>,
+    restart: OnceLock<Start<C>>,
 }
 
-impl Drop for Shared {
+impl<C: Credential> Drop for Shared<C> {
     fn drop(&mut self) {
         self.flight
             .get_mut()
@@ -179,21 +182,98 @@ impl Drop for Shared {
 /// reference: it stops when the last `TokenStore` clone, including those inside layers, is
 /// dropped.
 #[derive(Clone)]
-pub struct TokenStore {
-    shared: Arc<Shared>,
-}
+pub struct TokenStore(pub(crate) Store<Token>);
 
 impl fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TokenStore")
-            .field("source", &self.shared.origin)
-            .field("current", &*self.shared.current.load())
-            .finish_non_exhaustive()
+        self.0.fmt(f)
     }
 }
 
 impl TokenStore {
-    /// Fetches the first token from `source` and builds the store on it. Must be called
+    /// The handle of a token store just loaded: it joins the table of live stores, where
+    /// the plain layer's response future finds it after a refusal.
+    pub(crate) fn new(store: Store<Token>) -> Self {
+        StoreId::register(&store.shared);
+        TokenStore(store)
+    }
+
+    /// The current token. Lock-free.
+    pub fn current(&self) -> Arc<Token> {
+        self.0.current()
+    }
+
+    /// The current token's generation: 1 for the first token, one more for each new one.
+    pub fn generation(&self) -> u64 {
+        self.0.generation()
+    }
+
+    /// Reads the source again and installs its token if it is valid and new; returns the
+    /// token current after the read.
+    ///
+    /// Callers that arrive while a read is in flight share its result (a read that may have
+    /// started before the caller's own last write; the watcher, the timer and 401s always
+    /// ask for a read that starts after their trigger). The read belongs to the store:
+    /// dropping this future does not cancel it. On failure the last good token stays in
+    /// use and the error is returned (and shown in [`status`]).
+    ///
+    /// Called from a tokio runtime, it also starts the store's refresher again if the
+    /// runtime that ran it shut down (see [`WatchState::Stopped`]).
+    ///
+    /// # Errors
+    ///
+    /// The [`LoadError`] of the read: the source failed (its error is the source), took
+    /// longer than the store's time limit, or gave bytes that are not a valid token.
+    ///
+    /// [`status`]: TokenStore::status
+    pub async fn reload(&self) -> Result<Arc<Token>, LoadError> {
+        self.0.reload().await
+    }
+
+    /// A receiver of generation numbers, updated each time a new token is installed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    /// A snapshot of the store's state.
+    pub fn status(&self) -> Status {
+        self.0.status()
+    }
+}
+
+/// A store of `C`, as the crate holds it: cheap to clone, every clone the same store.
+pub(crate) struct Store<C: Credential> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Credential> Clone for Store<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// As its handle shows it: `TokenStore`, `IdentityStore` or `RootStore`.
+impl<C: Credential> fmt::Debug for Store<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match C::KIND {
+            Kind::Token => "TokenStore",
+            Kind::ClientCertificate => "IdentityStore",
+            Kind::CaBundle => "RootStore",
+        };
+        f.debug_struct(name)
+            .field("source", &self.shared.origin)
+            .field(
+                "current",
+                &format_args!("{:?}", Shown(&**self.shared.current.load())),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Credential> Store<C> {
+    /// Fetches the first credential from `source` and builds the store on it. Must be called
     /// within a tokio runtime with its time driver: the store's reads run there.
     pub(crate) async fn load(
         source: Arc<dyn DynSource>,
@@ -203,13 +283,18 @@ impl TokenStore {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
         let fetched = flight::fetch(&*source, &origin, &config, cx).await?;
-        let first = token_of(fetched, &origin, &config)?.with_generation(1);
-        event!(config.credential, info, { source = %origin, token = %first, }, "token loaded", "loaded");
+        let first: C = credential_of(fetched, &origin, &config)?;
+        let stamp = Stamp {
+            generation: 1,
+            ..*first.stamp()
+        };
+        let first = first.stamped(stamp);
+        event!(C::KIND, info, { source = %origin, token = %first, }, "token loaded", "loaded");
         let label = config
             .name
             .as_deref()
             .map_or_else(|| origin.clone(), Arc::from);
-        let store = TokenStore {
+        let store = Store {
             shared: Arc::new(Shared {
                 id: StoreId::next(),
                 current: ArcSwap::from_pointee(first),
@@ -241,7 +326,6 @@ impl TokenStore {
             .telemetry
             .reload(Trigger::Load, &Ok(Reloaded::Unchanged));
         store.shared.telemetry.watch_state(&WatchState::Off);
-        StoreId::register(&store.shared);
         store.shared.check_expiry();
         Ok(store)
     }
@@ -253,7 +337,7 @@ impl TokenStore {
     }
 
     /// A weak reference, for background work that must not keep the store alive.
-    pub(crate) fn downgrade(&self) -> WeakStore {
+    pub(crate) fn downgrade(&self) -> WeakStore<C> {
         WeakStore::new(Arc::downgrade(&self.shared))
     }
 
@@ -270,24 +354,24 @@ impl TokenStore {
 
     /// Whether both are clones of the same store.
     #[cfg(test)]
-    pub(crate) fn ptr_eq(&self, other: &TokenStore) -> bool {
+    pub(crate) fn ptr_eq(&self, other: &Store<C>) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// The current token. Lock-free.
-    pub fn current(&self) -> Arc<Token> {
+    /// The current credential. Lock-free.
+    pub(crate) fn current(&self) -> Arc<C> {
         self.shared.current.load_full()
     }
 
-    /// The current token's generation: 1 for the first token, one more for each new one.
-    pub fn generation(&self) -> u64 {
+    /// The current credential's generation: 1 for the first, one more for each new one.
+    pub(crate) fn generation(&self) -> u64 {
         self.shared.word.load(Ordering::Acquire) & word::GENERATION
     }
 
     /// Whether `cached` is still the current token and the store needs nothing of the
     /// request path. One atomic load.
     #[inline]
-    pub(crate) fn is_current(&self, cached: &Token) -> bool {
+    pub(crate) fn is_current(&self, cached: &C) -> bool {
         self.shared.word.load(Ordering::Acquire) == cached.generation()
     }
 
@@ -295,7 +379,7 @@ impl TokenStore {
     /// current token if `cached` is not it, and the refresher started again if it stopped.
     #[cold]
     #[inline(never)]
-    pub(crate) fn catch_up(&self, cached: &mut Arc<Token>) {
+    pub(crate) fn catch_up(&self, cached: &mut Arc<C>) {
         let word = self.shared.word.load(Ordering::Acquire);
         if word & word::GENERATION != cached.generation() {
             *cached = self.current();
@@ -305,25 +389,9 @@ impl TokenStore {
         }
     }
 
-    /// Reads the source again and installs its token if it is valid and new; returns the
-    /// token current after the read.
-    ///
-    /// Callers that arrive while a read is in flight share its result (a read that may have
-    /// started before the caller's own last write; the watcher, the timer and 401s always
-    /// ask for a read that starts after their trigger). The read belongs to the store:
-    /// dropping this future does not cancel it. On failure the last good token stays in
-    /// use and the error is returned (and shown in [`status`]).
-    ///
-    /// Called from a tokio runtime, it also starts the store's refresher again if the
-    /// runtime that ran it shut down (see [`WatchState::Stopped`]).
-    ///
-    /// # Errors
-    ///
-    /// The [`LoadError`] of the read: the source failed (its error is the source), took
-    /// longer than the store's time limit, or gave bytes that are not a valid token.
-    ///
-    /// [`status`]: TokenStore::status
-    pub async fn reload(&self) -> Result<Arc<Token>, LoadError> {
+    /// Reads the source again and installs what it holds if it is valid and new; returns
+    /// the credential current after the read (see [`TokenStore::reload`]).
+    pub(crate) async fn reload(&self) -> Result<Arc<C>, LoadError> {
         if self.shared.word.load(Ordering::Acquire) & word::STOPPED != 0 {
             self.revive();
         }
@@ -336,13 +404,13 @@ impl TokenStore {
             .map(|_| self.current())
     }
 
-    /// A receiver of generation numbers, updated each time a new token is installed.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    /// A receiver of generation numbers, updated each time a new credential is installed.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.shared.generations.subscribe()
     }
 
     /// A snapshot of the store's state.
-    pub fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         let s = &self.shared;
         let current = s.current.load();
         let c = &s.counters;
@@ -365,19 +433,9 @@ impl TokenStore {
             unauthorized_reloads: get(&c.unauthorized_reloads),
             retries: get(&c.retries),
             retries_succeeded: get(&c.retries_succeeded),
-            stalled_since: s.expiry.stalled_since(&current),
-            skipped_certificates: 0,
+            stalled_since: s.expiry.stalled_since(&**current),
+            skipped_certificates: current.skipped(),
         }
-    }
-
-    /// Puts the newest token on a request about to be sent again after a 401, and counts
-    /// the retry. The newest now, not the one the reload brought: the drain and the wait
-    /// for the service may outlast another rotation, and a server that revokes at
-    /// rotation would refuse the older one.
-    pub(crate) fn resend(&self, headers: &mut http::HeaderMap) {
-        let token = self.current();
-        headers.insert(http::header::AUTHORIZATION, token.header_value().clone());
-        self.count_retry(RetryOutcome::Sent);
     }
 
     /// Counts a request sent again after a refusal that needs no header (a client
@@ -396,7 +454,7 @@ impl TokenStore {
         });
     }
 
-    fn count_retry(&self, outcome: RetryOutcome) {
+    pub(crate) fn count_retry(&self, outcome: RetryOutcome) {
         self.shared.counters.retry(outcome);
         self.shared.telemetry.retry(outcome);
     }
@@ -408,27 +466,39 @@ impl TokenStore {
     }
 }
 
-impl Shared {
+impl Store<Token> {
+    /// Puts the newest token on a request about to be sent again after a 401, and counts
+    /// the retry. The newest now, not the one the reload brought: the drain and the wait
+    /// for the service may outlast another rotation, and a server that revokes at
+    /// rotation would refuse the older one.
+    pub(crate) fn resend(&self, headers: &mut http::HeaderMap) {
+        let token = self.current();
+        headers.insert(http::header::AUTHORIZATION, token.header_value().clone());
+        self.count_retry(RetryOutcome::Sent);
+    }
+}
+
+impl<C: Credential> Shared<C> {
     /// Warns (once per token) when the current token, just confirmed by a read of the
     /// source, has expired or is overdue for rotation: the rotator has stalled; and
     /// publishes the token's gauges.
     fn check_expiry(&self) {
         let current = self.current.load();
         self.expiry
-            .check(&current, self.config.clock.now(), &self.origin);
-        let stalled = self.expiry.stalled_since(&current).is_some();
-        self.telemetry.token(&current, stalled);
+            .check(&**current, self.config.clock.now(), &self.origin);
+        let stalled = self.expiry.stalled_since(&**current).is_some();
+        self.telemetry.token(&**current, stalled);
     }
 
     fn report_failure(&self, error: &LoadError, trigger: Trigger) {
         Counters::bump(&self.counters.failures);
         let current = self.current.load();
         event!(
-            self.config.credential,
+            C::KIND,
             warn,
             {
                 trigger = trigger.as_str(),
-                token = %Shown(&current),
+                token = %current.logged(),
                 error = %Chain(error),
             },
             "token reload failed; keeping the last good token",
@@ -447,17 +517,13 @@ impl Shared {
     }
 }
 
-/// A token in logs: its fingerprint, or for a store of another credential what it holds
-/// (a certificate's subject and fingerprint).
-pub(crate) struct Shown<'a>(pub(crate) &'a Token);
+/// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and
+/// claims, never its secret), another credential's `Display`.
+struct Shown<'a, C>(&'a C);
 
-impl fmt::Display for Shown<'_> {
+impl<C: Credential> fmt::Debug for Shown<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.has_attached() {
-            fmt::Display::fmt(self.0, f)
-        } else {
-            fmt::Display::fmt(&self.0.short_fingerprint(), f)
-        }
+        self.0.debug(f)
     }
 }
 

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::flight::{Ask, Ticket};
-use super::{Counters, OnFailure, TokenStore, wait};
+use super::{Counters, Credential, OnFailure, Store, wait};
 use crate::source::Trigger;
 use crate::sync::lock;
-use crate::token::Token;
 
 /// How sure a refusal is that the server refused the credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,19 +49,19 @@ impl RefusalReads {
 }
 
 /// The store's answer to an unauthorized response.
-enum Refused {
+enum Refused<C> {
     /// A token newer than the refused one is already installed.
-    Newer(Arc<Token>),
+    Newer(Arc<C>),
     /// A read that starts after the response arrived will answer.
     Reading(Ticket),
 }
 
-impl TokenStore {
+impl<C: Credential> Store<C> {
     /// After a refusal of a request sent with generation `sent`: a newer token if one is
     /// installed, else the read that may bring one (started now, joined, or the one asked
     /// for by an earlier refusal of the same certainty to the same token within the rate
     /// limit). Only certain refusals count as unauthorized responses in the status.
-    fn refused(&self, sent: u64, certainty: Certainty) -> Refused {
+    fn refused(&self, sent: u64, certainty: Certainty) -> Refused<C> {
         let s = &self.shared;
         if certainty == Certainty::Certain {
             Counters::bump(&s.counters.unauthorized_seen);
@@ -118,7 +117,7 @@ impl TokenStore {
         &self,
         sent: u64,
         certainty: Certainty,
-    ) -> Option<Arc<Token>> {
+    ) -> Option<Arc<C>> {
         match self.refused(sent, certainty) {
             Refused::Newer(token) => Some(token),
             Refused::Reading(ticket) => {
@@ -145,7 +144,7 @@ impl TokenStore {
         }
     }
 
-    fn newer_than(&self, sent: u64) -> Option<Arc<Token>> {
+    fn newer_than(&self, sent: u64) -> Option<Arc<C>> {
         Some(self.current()).filter(|t| t.generation() > sent)
     }
 }

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use super::Credential;
 use super::{LoadError, Reloaded, RetryOutcome, WatchState};
 use crate::source::Trigger;
-use crate::token::Token;
 
 /// One store's metrics: every series carries its `source` label.
 pub(crate) struct Telemetry {
@@ -72,18 +72,14 @@ impl Telemetry {
     }
 
     /// The gauges of the token in use.
-    pub(crate) fn token(&self, token: &Token, stalled: bool) {
+    pub(crate) fn token<C: Credential>(&self, token: &C, stalled: bool) {
         #[cfg(feature = "metrics")]
         crate::metrics::token(
             &self.source,
             &crate::metrics::TokenGauges {
                 generation: token.generation(),
                 expires_at: token.expires_at(),
-                issued_at: token
-                    .kind()
-                    .claims()
-                    .and_then(|c| c.iat)
-                    .unwrap_or(token.loaded_at()),
+                issued_at: token.issued_at().unwrap_or(token.loaded_at()),
                 changed_at: token.loaded_at(),
                 stalled,
             },

@@ -75,6 +75,7 @@ async fn a_hung_read_times_out_and_does_not_hold_up_later_reloads() {
     // A 401 gets its answer (no newer token) instead of waiting forever.
     assert!(
         store
+            .0
             .refresh_after_refusal(1, Certainty::Certain)
             .await
             .is_none()
@@ -221,7 +222,7 @@ async fn a_fresh_reload_does_not_join_a_read_that_started_before_it() {
     let fresh = tokio::spawn({
         let store = store.clone();
         async move {
-            let handle = store.downgrade();
+            let handle = store.0.downgrade();
             let fresh = handle.reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report);
             fresh.await.unwrap()
         }
@@ -270,7 +271,7 @@ async fn a_401_is_not_answered_by_a_read_that_started_before_it() {
     let refused: Vec<_> = (0..2)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.refresh_after_refusal(1, Certainty::Certain).await })
+            tokio::spawn(async move { store.0.refresh_after_refusal(1, Certainty::Certain).await })
         })
         .collect();
     // Both 401s have asked for their read (the count goes up as they ask).
@@ -320,7 +321,7 @@ async fn reads_asked_for_during_a_read_queue_one_more_read() {
     let src = Scripted::new("one");
     let store = src.snapshot_loader().load().await.unwrap();
     src.gate.forget_permits(usize::MAX);
-    let handle = store.downgrade();
+    let handle = store.0.downgrade();
     let first = tokio::spawn({
         let handle = handle.clone();
         async move {
@@ -388,7 +389,7 @@ async fn the_timer_rereads_and_stops_with_the_last_handle() {
         .unwrap();
     assert_eq!(store.current().header_value(), "Bearer two");
 
-    let weak = store.downgrade();
+    let weak = store.0.downgrade();
     drop(store);
     assert!(weak.upgrade().is_none());
     tokio::time::timeout(Duration::from_secs(11), timer)
@@ -468,7 +469,7 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
         .build()
         .unwrap();
     doomed.block_on(async {
-        let handle = store.downgrade();
+        let handle = store.0.downgrade();
         let started = handle.reload(Trigger::Call, Recency::AfterNow, OnFailure::Report);
         // Poll once, so the read is started on this runtime, then give up.
         let _ = tokio::time::timeout(Duration::from_millis(1), started).await;
@@ -480,7 +481,7 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
         async move { store.reload().await }
     });
     let queued = main.spawn({
-        let handle = store.downgrade();
+        let handle = store.0.downgrade();
         async move {
             handle
                 .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
@@ -488,7 +489,7 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
         }
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while store.shared.done.receiver_count() < 2 {
+    while store.0.shared.done.receiver_count() < 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "the waiters never joined"
@@ -529,7 +530,7 @@ async fn a_quiet_read_joined_by_a_reporting_caller_reports_its_failure() {
     src.set(Err("the disk is gone"));
     // The watcher's first attempt after an event: its failure would not be reported.
     let quiet = tokio::spawn({
-        let handle = store.downgrade();
+        let handle = store.0.downgrade();
         async move {
             handle
                 .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Quiet)
@@ -545,7 +546,7 @@ async fn a_quiet_read_joined_by_a_reporting_caller_reports_its_failure() {
         async move { store.reload().await }
     });
     crate::test_support::eventually("the caller joined", || {
-        store.shared.done.receiver_count() >= 2
+        store.0.shared.done.receiver_count() >= 2
     })
     .await;
     src.gate.add_permits(1);
@@ -575,7 +576,7 @@ async fn a_read_in_flight_ends_with_its_store() {
     // The hanging fetch holds a clone of the source's state, as the source itself does.
     assert_eq!(Arc::strong_count(&src.calls), 3);
     // The last handle goes: the store aborts its read rather than leave it hanging.
-    let weak = store.downgrade();
+    let weak = store.0.downgrade();
     drop(store);
     assert!(weak.upgrade().is_none(), "the store is gone");
     crate::test_support::eventually("the hanging fetch dropped", || {
@@ -604,7 +605,7 @@ async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
     let store = src.snapshot_loader().load().await.unwrap();
     src.gate.forget_permits(usize::MAX);
     src.set(Err("the disk is gone"));
-    let handle = store.downgrade();
+    let handle = store.0.downgrade();
     let ask = |report| {
         let handle = handle.clone();
         tokio::spawn(async move {
@@ -616,8 +617,10 @@ async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
     // Two callers join one read, which then fails for both.
     let read_by = async |reports: [OnFailure; 2]| {
         let callers = reports.map(ask);
-        crate::test_support::eventually("both joined", || store.shared.done.receiver_count() >= 2)
-            .await;
+        crate::test_support::eventually("both joined", || {
+            store.0.shared.done.receiver_count() >= 2
+        })
+        .await;
         src.gate.add_permits(1);
         for caller in callers {
             assert!(caller.await.unwrap().unwrap().is_err());
@@ -640,7 +643,7 @@ async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
 async fn a_handle_shows_its_source_while_the_store_lives() {
     let src = Scripted::new("one");
     let store = src.loader().load().await.unwrap();
-    let handle = store.downgrade();
+    let handle = store.0.downgrade();
     assert_eq!(
         format!("{handle:?}"),
         r#"WeakStore { source: Some("loader scripted") }"#
@@ -661,17 +664,17 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
         .load()
         .await
         .unwrap();
-    let weak = store.downgrade();
+    let weak = store.0.downgrade();
     let header = |store: &TokenStore| store.current().header_value().clone();
 
     std::fs::write(&path, "two").unwrap();
-    let before = lock(&store.shared.flight).started;
+    let before = lock(&store.0.shared.flight).started;
     assert!(weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer two");
     // Numbered as the store's reads are: a caller waiting for a read after `before` is
     // answered by this one.
-    assert_eq!(lock(&store.shared.flight).started, before + 1);
-    assert_eq!(store.shared.done.borrow().read, before + 1);
+    assert_eq!(lock(&store.0.shared.flight).started, before + 1);
+    assert_eq!(store.0.shared.done.borrow().read, before + 1);
     let status = store.status();
     assert_eq!((status.reads, status.rotations), (2, 1));
     // The same token again: still the file's, one more read, no rotation.
@@ -688,17 +691,17 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
 
     // While a read of the store's runs, none on the spot: one read at a time.
     std::fs::write(&path, "three").unwrap();
-    lock(&store.shared.flight).pretend_running(true);
+    lock(&store.0.shared.flight).pretend_running(true);
     assert!(!weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer two");
-    lock(&store.shared.flight).pretend_running(false);
+    lock(&store.0.shared.flight).pretend_running(false);
     assert!(weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer three");
 
     // A source that cannot read without blocking reads nothing on the spot.
     let src = Scripted::new("four");
     let other = src.loader().load().await.unwrap();
-    assert!(!other.downgrade().read_now(Trigger::Watch));
+    assert!(!other.0.downgrade().read_now(Trigger::Watch));
     assert_eq!(src.calls.load(Ordering::SeqCst), 1, "the load's read only");
 
     drop(store);
@@ -738,7 +741,7 @@ async fn a_source_wrapping_a_file_keeps_the_read_on_the_spot() {
         .await
         .unwrap();
     std::fs::write(&path, "two").unwrap();
-    assert!(store.downgrade().read_now(Trigger::Watch));
+    assert!(store.0.downgrade().read_now(Trigger::Watch));
     assert_eq!(store.current().header_value(), "Bearer two");
     assert_eq!((store.status().reads, store.status().rotations), (2, 1));
 }
@@ -758,7 +761,7 @@ async fn off_linux_a_file_wrapped_or_not_is_never_read_on_the_spot() {
         .await
         .unwrap();
     std::fs::write(&path, "two").unwrap();
-    assert!(!store.downgrade().read_now(Trigger::Watch));
+    assert!(!store.0.downgrade().read_now(Trigger::Watch));
     assert_eq!(store.current().header_value(), "Bearer one");
 }
 
@@ -795,7 +798,7 @@ async fn any_source_that_answers_at_once_is_read_on_the_spot() {
         .await
         .unwrap();
     *lock(&token) = "two";
-    assert!(store.downgrade().read_now(Trigger::Watch));
+    assert!(store.0.downgrade().read_now(Trigger::Watch));
     assert_eq!(store.current().header_value(), "Bearer two");
     assert_eq!(fetches.load(Ordering::SeqCst), 1, "the load's fetch only");
 }
@@ -809,10 +812,10 @@ async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
     // A connection closed without an answer, before the rotation was written: its read
     // finds the same token.
     let possible = Certainty::Possible;
-    assert!(store.refresh_after_refusal(1, possible).await.is_none());
+    assert!(store.0.refresh_after_refusal(1, possible).await.is_none());
     assert_eq!(reads(), 2);
     // Another within the rate limit joins that answer: no read.
-    assert!(store.refresh_after_refusal(1, possible).await.is_none());
+    assert!(store.0.refresh_after_refusal(1, possible).await.is_none());
     assert_eq!(reads(), 2);
     // Possible refusals are no 401s.
     let status = store.status();
@@ -821,7 +824,7 @@ async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
     // The rotation lands and the server refuses the old token with a 401, within the same
     // second: the certain refusal reads on its own and finds the new token.
     src.set(Ok("two"));
-    let token = store.refresh_after_refusal(1, Certainty::Certain).await;
+    let token = store.0.refresh_after_refusal(1, Certainty::Certain).await;
     assert_eq!(token.expect("the new token").header_value(), "Bearer two");
     assert_eq!(reads(), 3);
     let status = store.status();
@@ -830,15 +833,16 @@ async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
     // Each kind is rate-limited on its own (one read a second by default): the new token
     // refused at once, each kind reads once.
     src.set(Ok("three"));
-    store.reload_after_refusal(2, possible);
+    store.0.reload_after_refusal(2, possible);
     crate::test_support::eventually("the possible refusal's read", || store.generation() == 3)
         .await;
     assert_eq!(reads(), 4);
-    assert!(store.refresh_after_refusal(3, possible).await.is_none());
+    assert!(store.0.refresh_after_refusal(3, possible).await.is_none());
     assert_eq!(reads(), 5);
-    assert!(store.refresh_after_refusal(3, possible).await.is_none());
+    assert!(store.0.refresh_after_refusal(3, possible).await.is_none());
     assert!(
         store
+            .0
             .refresh_after_refusal(3, Certainty::Certain)
             .await
             .is_none()
@@ -846,6 +850,7 @@ async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
     assert_eq!(reads(), 6);
     assert!(
         store
+            .0
             .refresh_after_refusal(3, Certainty::Certain)
             .await
             .is_none()

@@ -4,18 +4,17 @@ use std::fmt;
 use std::sync::Weak;
 
 use super::flight::Ask;
-use super::{LoadError, OnFailure, Recency, Reloaded, Shared, TokenStore, WatchState, wait};
+use super::{Credential, LoadError, OnFailure, Recency, Reloaded, Shared, Store, WatchState, wait};
 use crate::source::Trigger;
 use crate::sync::lock;
 
 /// A weak reference to a [`TokenStore`], held by background work (the timer, the
 /// watcher) so that it never keeps the store alive.
-#[derive(Clone)]
-pub(crate) struct WeakStore {
-    shared: Weak<Shared>,
+pub(crate) struct WeakStore<C: Credential> {
+    shared: Weak<Shared<C>>,
 }
 
-impl fmt::Debug for WeakStore {
+impl<C: Credential> fmt::Debug for WeakStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let origin = self.shared.upgrade().map(|s| s.origin.clone());
         f.debug_struct("WeakStore")
@@ -24,14 +23,22 @@ impl fmt::Debug for WeakStore {
     }
 }
 
-impl WeakStore {
-    pub(super) fn new(shared: Weak<Shared>) -> Self {
+impl<C: Credential> Clone for WeakStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: Credential> WeakStore<C> {
+    pub(super) fn new(shared: Weak<Shared<C>>) -> Self {
         Self { shared }
     }
 
     /// The store, unless every `TokenStore` clone has been dropped.
-    pub(crate) fn upgrade(&self) -> Option<TokenStore> {
-        self.shared.upgrade().map(|shared| TokenStore { shared })
+    pub(crate) fn upgrade(&self) -> Option<Store<C>> {
+        self.shared.upgrade().map(|shared| Store { shared })
     }
 
     /// Resolves when the store is dropped.

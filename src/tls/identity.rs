@@ -11,17 +11,17 @@ use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, PemFiles, digest};
+use super::source::{Parse, Parsed, Pem, PemFiles, digest};
 use super::watched::Watched;
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::ExecSource;
 use crate::source::TokenSource;
-use crate::store::{Credential, LoadError, Status, TokenStore};
-use crate::token::AttachedValue;
+use crate::store::{Kind, LoadError, Status, Store};
 
 /// A parsed client identity: the chain and key rustls signs with, and the certificates'
 /// facts.
+#[derive(Clone)]
 pub(crate) struct Identity {
     key: Arc<CertifiedKey>,
     chain: Vec<Certificate>,
@@ -39,22 +39,20 @@ impl fmt::Display for Identity {
     }
 }
 
-impl AttachedValue for Identity {
+impl Parse for Identity {
+    const KIND: Kind = Kind::ClientCertificate;
+
     fn subject(&self) -> Option<&str> {
         Some(&self.leaf().subject)
     }
 
-    fn fingerprint(&self) -> Option<String> {
-        Some(self.leaf().fingerprint.clone())
+    fn fingerprint(&self, _digest: &[u8; 32]) -> String {
+        self.leaf().fingerprint.clone()
     }
 
     fn is_expired_at(&self, now: SystemTime) -> bool {
         self.leaf().is_expired_at(now)
     }
-}
-
-impl Parse for Identity {
-    const CREDENTIAL: Credential = Credential::ClientCertificate;
 
     /// The certificates in order (leaf first) and the first private key, from any PEM
     /// that holds both, in any order; refused when the key is not the leaf's, or the leaf
@@ -186,7 +184,7 @@ impl IdentityStore {
         Self::builder(plugin.client_certificate())
     }
 
-    fn from_store(store: TokenStore) -> Self {
+    fn from_store(store: Store<Pem<Identity>>) -> Self {
         Self {
             watched: Watched::new(store),
         }
@@ -240,7 +238,7 @@ impl IdentityStore {
         self.watched.current().key.clone()
     }
 
-    pub(crate) fn token_store(&self) -> &TokenStore {
+    pub(crate) fn store(&self) -> &Store<Pem<Identity>> {
         self.watched.store()
     }
 }

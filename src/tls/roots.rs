@@ -14,16 +14,16 @@ use rustls::{
 };
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, Skipped, digest};
+use super::source::{Parse, Parsed, Pem, Skipped, digest};
 use super::watched::Watched;
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
-use crate::store::{Credential, LoadError, Status, TokenStore};
-use crate::token::AttachedValue;
+use crate::store::{Kind, LoadError, Status, Store};
 
 /// A parsed CA bundle: rustls's verifier over it, the authorities' facts, and the start of
 /// a client configuration on the provider they were checked with.
+#[derive(Clone)]
 pub(crate) struct Roots {
     verifier: Arc<WebPkiServerVerifier>,
     certificates: Vec<Certificate>,
@@ -42,22 +42,24 @@ impl fmt::Display for Roots {
     }
 }
 
-impl AttachedValue for Roots {
+impl Parse for Roots {
+    const KIND: Kind = Kind::CaBundle;
+
     fn subject(&self) -> Option<&str> {
         None
     }
 
-    fn fingerprint(&self) -> Option<String> {
-        None
+    fn fingerprint(&self, digest: &[u8; 32]) -> String {
+        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
     }
 
     fn is_expired_at(&self, now: SystemTime) -> bool {
         self.certificates.iter().all(|c| c.is_expired_at(now))
     }
-}
 
-impl Parse for Roots {
-    const CREDENTIAL: Credential = Credential::CaBundle;
+    fn skipped(&self) -> u64 {
+        self.skipped
+    }
 
     /// Every certificate of the PEM, each a trust anchor. Authorities that have expired
     /// stay in (a system bundle holds some; rustls ignores them), and give no expiry: the
@@ -175,7 +177,7 @@ impl RootStore {
         Watched::<Roots>::builder(source, Self::from_store)
     }
 
-    fn from_store(store: TokenStore) -> Self {
+    fn from_store(store: Store<Pem<Roots>>) -> Self {
         Self {
             watched: Watched::new(store),
         }
@@ -211,9 +213,7 @@ impl RootStore {
     /// certificates of the bundle skipped as unusable
     /// ([`certificates`](Self::certificates) lists the authorities).
     pub fn status(&self) -> Status {
-        let mut status = self.watched.status();
-        status.skipped_certificates = self.watched.current().skipped;
-        status
+        self.watched.status()
     }
 
     /// A rustls server-certificate verifier that checks each handshake against the
@@ -259,7 +259,7 @@ impl RootStore {
         config
     }
 
-    pub(crate) fn token_store(&self) -> &TokenStore {
+    pub(crate) fn store(&self) -> &Store<Pem<Roots>> {
         self.watched.store()
     }
 }

@@ -1,7 +1,10 @@
-//! Where PEM comes from: [`PemFiles`] (a certificate and its key in two files), and the
-//! wrapper that turns any source's PEM into a parsed credential for the store.
+//! Where PEM comes from: [`PemFiles`] (a certificate and its key in two files), the
+//! wrapper that turns any source's PEM into a parsed credential, and [`Pem`], the
+//! credential a client-identity or CA-bundle store holds.
 
+use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -10,8 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::CertificateError;
 use crate::source::{BoxError, FetchContext, Fetched, FileError, FileSource, TokenSource};
-use crate::store::Credential;
-use crate::token::AttachedValue;
+use crate::store::{Credential, Kind, LoadError, Stamp};
 
 /// A client certificate (with its chain) and its private key in two PEM files (see
 /// [`IdentityStore::files`](super::IdentityStore::files)).
@@ -120,12 +122,116 @@ pub(crate) struct Skipped {
     pub(crate) error: CertificateError,
 }
 
-/// A credential that PEM bytes parse into.
-pub(crate) trait Parse: AttachedValue + Sized {
-    /// What it is, for the store's errors.
-    const CREDENTIAL: Credential;
+/// A credential that PEM bytes parse into, and what it says of itself.
+pub(crate) trait Parse: fmt::Display + Clone + Send + Sync + Sized + 'static {
+    /// What it is, for the store's logs, errors and default cap.
+    const KIND: Kind;
 
     fn parse(pem: &[u8], now: SystemTime) -> Result<Parsed<Self>, CertificateError>;
+
+    /// Whom it names.
+    fn subject(&self) -> Option<&str>;
+
+    /// Its fingerprint: a certificate's own, or (a bundle) the start of `digest`, which
+    /// changes when any of its certificates does.
+    fn fingerprint(&self, digest: &[u8; 32]) -> String;
+
+    /// Whether it is no longer valid at `now`.
+    fn is_expired_at(&self, now: SystemTime) -> bool;
+
+    /// Certificates of it left out as unusable.
+    fn skipped(&self) -> u64 {
+        0
+    }
+}
+
+/// A credential parsed from PEM, as its store holds it: the parsed value, its digest (the
+/// same for the same credential) and the store's stamp.
+#[derive(Clone)]
+pub(crate) struct Pem<T> {
+    value: T,
+    digest: [u8; 32],
+    stamp: Stamp,
+}
+
+impl<T> Deref for Pem<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: fmt::Display> fmt::Display for Pem<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.value.fmt(f)
+    }
+}
+
+impl<T: Parse> Credential for Pem<T> {
+    const KIND: Kind = T::KIND;
+
+    /// What the [`PemSource`] parsed the read into.
+    fn from_fetched(
+        mut fetched: Fetched,
+        origin: &Arc<str>,
+        _max_size: usize,
+    ) -> Result<Self, LoadError> {
+        fetched
+            .take_attached()
+            .and_then(|parsed| parsed.downcast::<Pem<T>>().ok())
+            .map(Arc::unwrap_or_clone)
+            .ok_or_else(|| LoadError::Fetch {
+                origin: origin.clone(),
+                error: Arc::new(std::io::Error::other(
+                    "the source gave no parsed credential (a store of certificates is built \
+                     on a PEM source)",
+                )),
+            })
+    }
+
+    fn stamp(&self) -> &Stamp {
+        &self.stamp
+    }
+
+    fn stamped(mut self, stamp: Stamp) -> Self {
+        self.stamp = stamp;
+        self
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+
+    fn subject(&self) -> Option<&str> {
+        self.value.subject()
+    }
+
+    fn fingerprint(&self) -> String {
+        self.value.fingerprint(&self.digest)
+    }
+
+    fn logged(&self) -> impl fmt::Display + '_ {
+        &self.value
+    }
+
+    fn seed(&self) -> u64 {
+        u64::from_be_bytes(self.digest[..8].try_into().expect("8 bytes"))
+    }
+
+    /// None of its own: the [`PemSource`] gives a certificate's `notAfter` (or the
+    /// source's earlier expiry) as the source's.
+    fn own_expiry(&self) -> Option<SystemTime> {
+        None
+    }
+
+    fn is_expired_at(&self, now: SystemTime) -> bool {
+        self.value.is_expired_at(now)
+    }
+
+    fn skipped(&self) -> u64 {
+        self.value.skipped()
+    }
 }
 
 /// The SHA-256 of the DER of `certs`, one after the other.
@@ -138,10 +244,9 @@ pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] 
     hash.finalize().into()
 }
 
-/// `S`'s PEM parsed into a `T`, as the store's source: the store holds a placeholder token
-/// (the credential's digest, in hex), with the parsed credential beside it, installed
-/// together; the same credential read again is no rotation. The expiry is the earlier of
-/// the source's and the credential's.
+/// `S`'s PEM parsed into a `T`, as the store's source: its read carries a [`Pem`], which
+/// the store installs; the same credential read again (the same digest) is no rotation.
+/// The expiry is the earlier of the source's and the credential's.
 pub(crate) struct PemSource<S, T> {
     inner: S,
     parsed: PhantomData<fn() -> T>,
@@ -225,12 +330,16 @@ impl<S: TokenSource, T: Parse> PemSource<S, T> {
     fn parse(&self, fetched: &Fetched, cx: FetchContext) -> Result<Fetched, CertificateError> {
         let parsed = T::parse(fetched.bytes(), cx.now())?;
         self.warn_skipped(&parsed);
-        let placeholder: String = parsed.digest.iter().map(|b| format!("{b:02x}")).collect();
         let expires_at = match (fetched.expires_at(), parsed.expires_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let out = Fetched::new(placeholder).with_attached(Arc::new(parsed.value));
+        let pem = Pem {
+            value: parsed.value,
+            digest: parsed.digest,
+            stamp: Stamp::default(),
+        };
+        let out = Fetched::new(Vec::new()).with_attached(Arc::new(pem));
         Ok(match expires_at {
             Some(at) => out.with_expires_at(at),
             None => out,

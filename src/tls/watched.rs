@@ -1,65 +1,53 @@
-//! The store of a parsed credential: a [`TokenStore`] whose placeholder token carries it,
-//! so that the watcher, the timer, single flight, keep-last-good, the refusal reloads and
-//! the metrics are the token's own.
+//! [`Watched`]: the store of a credential parsed from PEM (a client identity, a CA
+//! bundle): the crate's one store, holding a [`Pem`], so that the watcher, the timer,
+//! single flight, keep-last-good, the refusal reloads and the metrics are the token's own.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::source::{Parse, PemSource};
+use super::source::{Parse, Pem, PemSource};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
-use crate::store::{LoadError, Status, TokenStore};
-use crate::token::AttachedValue;
+use crate::store::{LoadError, Status, Store};
 
 /// A store of `T`s.
-pub(crate) struct Watched<T> {
-    store: TokenStore,
-    parsed: PhantomData<fn() -> T>,
+pub(crate) struct Watched<T: Parse> {
+    store: Store<Pem<T>>,
 }
 
-impl<T> Clone for Watched<T> {
+impl<T: Parse> Clone for Watched<T> {
     fn clone(&self) -> Self {
         Self {
             store: self.store.clone(),
-            parsed: PhantomData,
         }
     }
 }
 
-impl<T: Parse + AttachedValue> Watched<T> {
+impl<T: Parse> Watched<T> {
     /// A builder of a store of `T` on `source`'s PEM, handed out as `S`.
-    pub(crate) fn builder<S>(
+    pub(crate) fn builder<S: Send + 'static>(
         source: impl TokenSource,
-        finish: fn(TokenStore) -> S,
+        finish: fn(Store<Pem<T>>) -> S,
     ) -> StoreBuilder<S> {
-        StoreBuilder::of(PemSource::<_, T>::new(source), T::CREDENTIAL, finish)
+        StoreBuilder::of(PemSource::<_, T>::new(source), finish)
     }
 
-    pub(crate) fn new(store: TokenStore) -> Self {
-        Self {
-            store,
-            parsed: PhantomData,
-        }
+    pub(crate) fn new(store: Store<Pem<T>>) -> Self {
+        Self { store }
     }
 
     /// The current credential. Lock-free.
-    pub(crate) fn current(&self) -> Arc<T> {
-        self.store
-            .current()
-            .attached()
-            .expect("every token of a credential's store carries the credential")
+    pub(crate) fn current(&self) -> Arc<Pem<T>> {
+        self.store.current()
     }
 
-    pub(crate) fn store(&self) -> &TokenStore {
+    pub(crate) fn store(&self) -> &Store<Pem<T>> {
         &self.store
     }
 
-    pub(crate) async fn reload(&self) -> Result<Arc<T>, LoadError> {
-        self.store.reload().await?;
-        Ok(self.current())
+    pub(crate) async fn reload(&self) -> Result<Arc<Pem<T>>, LoadError> {
+        self.store.reload().await
     }
 
-    /// The store's status: its token speaks for the credential (see `AttachedValue`).
     pub(crate) fn status(&self) -> Status {
         self.store.status()
     }

@@ -216,7 +216,7 @@ async fn rereads_after_the_kubelet_rotates_and_recomputes_after_each_rotation() 
     // Each read comes 10 s after the rotation point of the token read before it.
     assert_times(&file.reads(), &[0.0, 2895.6, 2890.0 + 2895.6]);
     assert_eq!(store.generation(), 3);
-    assert_eq!(store.freshness(), Freshness::Fresh);
+    assert_eq!(store.0.freshness(), Freshness::Fresh);
     assert!(!store.status().expired);
     assert!(warnings.all().is_empty(), "{:?}", warnings.all());
 }
@@ -249,7 +249,7 @@ async fn a_legacy_extended_token_is_scheduled_from_warnafter() {
     assert_eq!(status.expires_at, Some(wall(YEAR)));
     assert_eq!(status.refresh_at, Some(wall(TTL)));
     // Past warnafter, but not past 80% of iat..exp plus a minute.
-    assert_eq!(store.freshness(), Freshness::Fresh);
+    assert_eq!(store.0.freshness(), Freshness::Fresh);
     assert!(warnings.all().is_empty(), "{:?}", warnings.all());
 }
 
@@ -288,22 +288,22 @@ async fn each_warning_fires_once_per_token_at_its_time() {
     let (warnings, _guard) = Warnings::capture();
     let file = File::new(projected(0, TTL, None));
     let store = file.store(Some(Duration::from_secs(60))).await;
-    assert_eq!(store.freshness(), Freshness::Fresh);
+    assert_eq!(store.0.freshness(), Freshness::Fresh);
 
     tokio::time::sleep(Duration::from_secs(2945)).await;
     assert!(warnings.all().is_empty(), "{:?}", warnings.all());
-    assert!(!store.freshness().is_stale());
+    assert!(!store.0.freshness().is_stale());
     // Overdue: 80% of iat..exp (2885.6 s) plus a minute, checked by a read then.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_times(&warnings.times(OVERDUE), &[2945.6]);
-    assert_eq!(store.freshness(), Freshness::Overdue);
+    assert_eq!(store.0.freshness(), Freshness::Overdue);
     // Expired: at exp, after a read that finds the same token; once, however many
     // reads follow.
     tokio::time::sleep(Duration::from_secs(3 * 3600)).await;
     assert_times(&warnings.times(OVERDUE), &[2945.6]);
     assert_times(&warnings.times(EXPIRED), &[3607.0]);
     let status = store.status();
-    assert_eq!(store.freshness(), Freshness::Expired);
+    assert_eq!(store.0.freshness(), Freshness::Expired);
     assert!(status.expired);
     assert_eq!(status.expires_at, Some(wall(TTL)));
     assert!(file.reads().len() > 180, "the timer kept reading");
@@ -386,7 +386,7 @@ async fn no_warning_for_a_healthy_rotating_file() {
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(store.generation(), rotations + 1, "legacy {legacy}");
         assert!(warnings.all().is_empty(), "{:?}", warnings.all());
-        assert_eq!(store.freshness(), Freshness::Fresh);
+        assert_eq!(store.0.freshness(), Freshness::Fresh);
     }
 }
 
@@ -507,7 +507,7 @@ async fn a_source_expiry_is_refreshed_before_it_by_a_tenth_of_the_lifetime_and_a
         let gap = pair[1] - pair[0];
         assert!((524.999..=540.001).contains(&gap), "{fetches:?}");
     }
-    assert_eq!(store.freshness(), Freshness::Fresh);
+    assert_eq!(store.0.freshness(), Freshness::Fresh);
     assert!(store.status().expires_at.is_some());
 }
 
@@ -626,7 +626,7 @@ async fn a_retry_never_waits_past_halfway_to_the_expiry() {
     assert_eq!(store.generation(), 2, "{:?}", source.fetches());
     assert_times(&source.fetches()[want.len()..], &[592.875]);
     assert!(store.status().last_error.is_none());
-    assert_eq!(store.freshness(), Freshness::Fresh);
+    assert_eq!(store.0.freshness(), Freshness::Fresh);
     assert!(warnings.times(EXPIRED).is_empty());
 }
 
@@ -648,7 +648,7 @@ async fn after_the_expiry_the_backoff_runs_on_uncut_and_the_status_says_expired(
     ];
     assert_times(&source.fetches(), &want);
     let status = store.status();
-    assert_eq!(store.freshness(), Freshness::Expired);
+    assert_eq!(store.0.freshness(), Freshness::Expired);
     // The source's own expiry: expired, for status, with no JWT to say so.
     assert!(status.expired);
     assert!(status.last_error.is_some());

@@ -35,7 +35,7 @@ async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duratio
     .load()
     .await
     .unwrap();
-    let handle = store.downgrade();
+    let handle = store.0.downgrade();
     tokio::spawn(crate::refresh::until_closed(
         handle.clone(),
         watch_with(registry, handle, path),
@@ -294,7 +294,7 @@ async fn a_read_that_fails_after_an_event_is_retried_quietly_then_reported_once(
     let source = Scripted::default();
     source.set(&[Ok("one")]);
     let store = source.store().await;
-    let handle = store.downgrade();
+    let handle = store.0.downgrade();
     tokio::spawn(crate::refresh::until_closed(
         handle.clone(),
         watch_with(&registry, handle, &path),

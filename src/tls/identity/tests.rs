@@ -134,7 +134,7 @@ async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_p
 
     // A half-written file, a mismatched pair, a directory in its place: refused, the last
     // good identity stays, and the error names the path and the problem; the log names the
-    // certificate kept, not its placeholder token.
+    // certificate kept.
     let (logs, _guard) = crate::test_support::capture_logs();
     let mismatched = format!("{}{}", ca.client("n1", HOUR).cert_pem, second.key_pem);
     for (bytes, problem) in [
@@ -171,11 +171,7 @@ async fn the_debug_and_the_status_hold_no_key() {
     let pem = node.combined();
     let source = crate::test_support::pem("pem", pem);
     let store = IdentityStore::builder(source).load().await.unwrap();
-    let shown = format!(
-        "{store:?} {:?} {}",
-        store.status(),
-        store.token_store().current()
-    );
+    let shown = format!("{store:?} {:?} {}", store.status(), store.store().current());
     assert!(shown.contains("CN=n1"), "{shown}");
     let debug = format!("{store:?}");
     assert!(

@@ -103,7 +103,7 @@ async fn debug_names_the_source_and_the_authorities_and_display_counts_them() {
     assert!(shown.starts_with(&want), "{shown}");
     assert!(shown.contains("subject: \"CN=two\""), "{shown}");
     assert_eq!(
-        roots.token_store().current().to_string(),
+        roots.store().current().to_string(),
         "CA bundle of 2 certificates"
     );
 
@@ -258,7 +258,7 @@ async fn a_small_bundle_is_read_on_the_spot_a_system_sized_one_on_the_pool() {
     use crate::source::Trigger;
     let (roots, dir) = load_default(&Ca::new("one").pem()).await;
     let path = dir.path().join("ca-certificates.crt");
-    let on_the_spot = || roots.token_store().downgrade().read_now(Trigger::Watch);
+    let on_the_spot = || roots.store().downgrade().read_now(Trigger::Watch);
 
     let two = Ca::new("two");
     writers::rename_over(&path, two.pem()).unwrap();

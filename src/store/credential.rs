@@ -1,0 +1,234 @@
+//! [`Credential`]: what a store holds (a bearer token, a client identity, a CA bundle), and
+//! what each kind says of itself: how a read becomes one, when it goes stale, how logs,
+//! `status()` and the metrics show it.
+//!
+//! The store is one type, generic over its credential ([`Shared`](super::Shared)): the
+//! watcher, the timer, single flight, keep-last-good, the refusal reloads and the metrics
+//! are the same code for the three, and each kind brings only what is its own.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::LoadError;
+use crate::source::Fetched;
+pub(crate) use crate::token::Stamp;
+use crate::token::{Freshness, Token};
+
+/// What a store holds, as its logs and metrics name it, and its default size cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// A bearer token.
+    Token,
+    /// A client certificate and its private key.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    ClientCertificate,
+    /// The certificates of the authorities a client trusts.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    CaBundle,
+}
+
+impl Kind {
+    /// The default cap on what a source gives: 64 KiB for a token; 1 MiB for a client
+    /// certificate (a chain with intermediates, and its key); 16 MiB for a CA bundle (a
+    /// system bundle is about 220 KB, a corporate one with intermediates passes 1 MB).
+    pub(crate) fn default_max_size(self) -> usize {
+        match self {
+            Kind::Token => crate::token::DEFAULT_MAX_SIZE,
+            Kind::ClientCertificate => 1024 * 1024,
+            Kind::CaBundle => 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Token => "a token",
+            Kind::ClientCertificate => "a client certificate",
+            Kind::CaBundle => "a CA bundle",
+        })
+    }
+}
+
+/// What a store holds. Implemented by [`Token`](crate::Token) and (feature `tls`) by a
+/// client identity and a CA bundle.
+pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
+    /// What it is.
+    const KIND: Kind;
+
+    /// A read of the source as this credential, or why it is not one (naming `origin`).
+    fn from_fetched(
+        fetched: Fetched,
+        origin: &Arc<str>,
+        max_size: usize,
+    ) -> Result<Self, LoadError>;
+
+    /// The store's stamp on it.
+    fn stamp(&self) -> &Stamp;
+
+    /// The same credential with `stamp`.
+    fn stamped(self, stamp: Stamp) -> Self;
+
+    /// Whether `other` is the same credential: a read that finds it again is no rotation.
+    fn same(&self, other: &Self) -> bool;
+
+    /// Whom it names, never a secret.
+    fn subject(&self) -> Option<&str>;
+
+    /// Its fingerprint, safe to show.
+    fn fingerprint(&self) -> String;
+
+    /// How logs name it: a token by its short fingerprint, a certificate by its subject.
+    fn logged(&self) -> impl fmt::Display + '_;
+
+    /// How a store's `Debug` shows it (its `Display` unless it says more).
+    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+
+    /// A number of its own, from its bytes, for drawing a per-credential jitter.
+    fn seed(&self) -> u64;
+
+    /// When it expires by its own word (a JWT's `exp`, a certificate's `notAfter`).
+    fn own_expiry(&self) -> Option<SystemTime>;
+
+    /// How it stands at `now` against its dates.
+    fn freshness_at(&self, now: SystemTime) -> Freshness {
+        match self.expires_at() {
+            Some(exp) if now >= exp => Freshness::Expired,
+            Some(_) => Freshness::Fresh,
+            None => Freshness::Unknown,
+        }
+    }
+
+    /// Moments of its own at which the source should be read again, beyond its expiry
+    /// (a projected token's rotation point and the point it is overdue).
+    fn own_moments(&self) -> [Option<SystemTime>; 2] {
+        [None, None]
+    }
+
+    /// From when it is overdue for rotation, if it can be.
+    fn overdue_at(&self) -> Option<SystemTime> {
+        None
+    }
+
+    /// When it was issued, if it says.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn issued_at(&self) -> Option<SystemTime> {
+        None
+    }
+
+    /// When it is due to be replaced: when its source asked, else its own word.
+    fn refresh_at(&self) -> Option<SystemTime> {
+        self.stamp().refresh_at
+    }
+
+    /// Certificates of it left out as unusable (a CA bundle's).
+    fn skipped(&self) -> u64 {
+        0
+    }
+
+    /// The store's generation of it.
+    fn generation(&self) -> u64 {
+        self.stamp().generation
+    }
+
+    /// When the store read it.
+    fn loaded_at(&self) -> SystemTime {
+        self.stamp().loaded_at
+    }
+
+    /// When it expires: the source's word, else its own.
+    fn expires_at(&self) -> Option<SystemTime> {
+        self.stamp().source_expiry.or_else(|| self.own_expiry())
+    }
+
+    /// Whether it has expired at `now`.
+    fn is_expired_at(&self, now: SystemTime) -> bool {
+        self.freshness_at(now) == Freshness::Expired
+    }
+}
+
+impl Credential for Token {
+    const KIND: Kind = Kind::Token;
+
+    /// Validates the bytes as a token, with the source's dates.
+    fn from_fetched(
+        fetched: Fetched,
+        origin: &Arc<str>,
+        max_size: usize,
+    ) -> Result<Self, LoadError> {
+        Token::parse_capped(fetched.bytes(), max_size).map_err(|source| LoadError::Invalid {
+            origin: origin.clone(),
+            source,
+        })
+    }
+
+    fn stamp(&self) -> &Stamp {
+        Token::stamp(self)
+    }
+
+    fn stamped(self, stamp: Stamp) -> Self {
+        Token::stamped(self, stamp)
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self.same_secret(other)
+    }
+
+    fn subject(&self) -> Option<&str> {
+        Token::subject(self)
+    }
+
+    fn fingerprint(&self) -> String {
+        Token::fingerprint(self)
+    }
+
+    fn logged(&self) -> impl fmt::Display + '_ {
+        self.short_fingerprint()
+    }
+
+    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+
+    fn seed(&self) -> u64 {
+        self.short_fingerprint().as_u64()
+    }
+
+    fn own_expiry(&self) -> Option<SystemTime> {
+        self.claims().and_then(|c| c.exp)
+    }
+
+    fn freshness_at(&self, now: SystemTime) -> Freshness {
+        Token::freshness_at(self, now)
+    }
+
+    /// A projected token's rotation point (the kubelet's 80%, and its jitter) and the
+    /// point it is overdue, when its source gave no dates of its own.
+    fn own_moments(&self) -> [Option<SystemTime>; 2] {
+        let claims = self.claims();
+        [
+            claims
+                .and_then(|c| c.rotation_point())
+                .and_then(|at| at.checked_add(KUBELET_JITTER)),
+            claims.and_then(|c| c.overdue_at()),
+        ]
+    }
+
+    fn overdue_at(&self) -> Option<SystemTime> {
+        self.claims().and_then(|c| c.overdue_at())
+    }
+
+    fn issued_at(&self) -> Option<SystemTime> {
+        self.claims().and_then(|c| c.iat)
+    }
+
+    fn refresh_at(&self) -> Option<SystemTime> {
+        Token::refresh_at(self)
+    }
+}
+
+/// How long after the kubelet's rotation point the file is re-read: its jitter.
+const KUBELET_JITTER: std::time::Duration = std::time::Duration::from_secs(10);
