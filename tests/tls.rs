@@ -662,27 +662,14 @@ async fn a_bundle_rotation_moves_every_clone_to_one_new_connection() {
 /// once the builder's `pool_idle_timeout` has passed, not kept until the next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hyper_builder_of_the_users_closes_idle_connections_on_time() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (identity_path, bundle) = (tmp.path().join("client.pem"), tmp.path().join("ca.crt"));
-    let ca = Ca::new("kubernetes");
-    std::fs::write(&identity_path, ca.client("n1", HOUR).combined()).unwrap();
-    std::fs::write(&bundle, ca.pem()).unwrap();
-    let identity = IdentityStore::builder(FileSource::new(&identity_path))
-        .load()
-        .await
-        .unwrap();
-    let roots = RootStore::builder(FileSource::new(&bundle))
-        .load()
-        .await
-        .unwrap();
-    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let quiet = Quiet::start().await;
     let mut pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
     pool.pool_idle_timeout(Duration::from_millis(200));
-    let client = Client::new(roots).identity(identity).hyper(pool);
-    get(&client, &server.url("/")).await.unwrap();
+    let client = quiet.client.clone().hyper(pool);
+    get(&client, &quiet.server.url("/")).await.unwrap();
     // The client, not the server (which keeps connections open), closes the idle one.
-    server.wait_closed(1, DEADLINE).await;
-    assert_eq!(server.connections(), 1);
+    quiet.server.wait_closed(1, DEADLINE).await;
+    assert_eq!(quiet.server.connections(), 1);
 }
 
 /// A client of `Quiet`'s credentials whose requests carry a body that can be copied, each
