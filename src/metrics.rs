@@ -12,6 +12,9 @@
 //! | `bearer_reload_requests_kept_authorization_total` | counter | | requests that kept their own `Authorization` |
 //! | `bearer_reload_token_expiry_timestamp_seconds` | gauge | | when the token in use expires (when it says), Unix time |
 //! | `bearer_reload_token_issued_timestamp_seconds` | gauge | | when the token in use was issued (its `iat`, else when it was installed), Unix time |
+//! | `bearer_reload_client_certificate_expiry_timestamp_seconds` | gauge | | a client-certificate store's (feature `tls`): when the certificate in use expires (its `notAfter`, or the source's earlier expiry), Unix time |
+//! | `bearer_reload_client_certificate_issued_timestamp_seconds` | gauge | | when the certificate in use became valid (its `notBefore`), Unix time |
+//! | `bearer_reload_ca_bundle_issued_timestamp_seconds` | gauge | | a CA-bundle store's: when the bundle in use was installed, Unix time (a bundle has no expiry of its own) |
 //! | `bearer_reload_source_changed_timestamp_seconds` | gauge | | when a read of the source last found a new token, Unix time |
 //! | `bearer_reload_watch_state` | gauge | `state` (`active`, `degraded`, `off`, `stopped`) | 1 for the store's watch state, 0 for the others |
 //! | `bearer_reload_generation` | gauge | | the token's generation (1, then one more per rotation) |
@@ -52,12 +55,27 @@ use std::time::SystemTime;
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge};
 
+use crate::store::Kind;
+
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
 const RETRIES: &str = "bearer_reload_retries_total";
 const KEPT_AUTHORIZATION: &str = "bearer_reload_requests_kept_authorization_total";
 const EXPIRY: &str = "bearer_reload_token_expiry_timestamp_seconds";
 const ISSUED: &str = "bearer_reload_token_issued_timestamp_seconds";
+const CERTIFICATE_EXPIRY: &str = "bearer_reload_client_certificate_expiry_timestamp_seconds";
+const CERTIFICATE_ISSUED: &str = "bearer_reload_client_certificate_issued_timestamp_seconds";
+const BUNDLE_EXPIRY: &str = "bearer_reload_ca_bundle_expiry_timestamp_seconds";
+const BUNDLE_ISSUED: &str = "bearer_reload_ca_bundle_issued_timestamp_seconds";
+
+/// The names of the gauges of a credential's own dates: its expiry and its issue.
+fn dates(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Token => (EXPIRY, ISSUED),
+        Kind::ClientCertificate => (CERTIFICATE_EXPIRY, CERTIFICATE_ISSUED),
+        Kind::CaBundle => (BUNDLE_EXPIRY, BUNDLE_ISSUED),
+    }
+}
 const SOURCE_CHANGED: &str = "bearer_reload_source_changed_timestamp_seconds";
 const WATCH_STATE: &str = "bearer_reload_watch_state";
 const GENERATION: &str = "bearer_reload_generation";
@@ -82,16 +100,23 @@ pub(crate) fn describe() {
         KEPT_AUTHORIZATION,
         "Requests that kept their own Authorization header."
     );
-    describe_gauge!(
-        EXPIRY,
-        ::metrics::Unit::Seconds,
-        "When the token in use expires, as a Unix timestamp."
-    );
-    describe_gauge!(
-        ISSUED,
-        ::metrics::Unit::Seconds,
-        "When the token in use was issued, as a Unix timestamp."
-    );
+    for (kind, what) in [
+        (Kind::Token, "token"),
+        (Kind::ClientCertificate, "client certificate"),
+        (Kind::CaBundle, "CA bundle"),
+    ] {
+        let (expiry, issued) = dates(kind);
+        describe_gauge!(
+            expiry,
+            ::metrics::Unit::Seconds,
+            format!("When the {what} in use expires, as a Unix timestamp.")
+        );
+        describe_gauge!(
+            issued,
+            ::metrics::Unit::Seconds,
+            format!("When the {what} in use was issued, as a Unix timestamp.")
+        );
+    }
     describe_gauge!(
         SOURCE_CHANGED,
         ::metrics::Unit::Seconds,
@@ -134,6 +159,8 @@ pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
 
 /// The gauges that follow the token in use.
 pub(crate) struct TokenGauges {
+    /// What the store holds: it names the gauges of its dates.
+    pub(crate) kind: Kind,
     pub(crate) generation: u64,
     pub(crate) expires_at: Option<SystemTime>,
     pub(crate) issued_at: SystemTime,
@@ -154,10 +181,11 @@ pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
     // Precision loss past 2^53 generations is of no concern.
     #[allow(clippy::cast_precision_loss)]
     gauge!(GENERATION, "source" => label()).set(g.generation as f64);
+    let (expiry, issued) = dates(g.kind);
     if let Some(expires_at) = g.expires_at {
-        gauge!(EXPIRY, "source" => label()).set(timestamp(expires_at));
+        gauge!(expiry, "source" => label()).set(timestamp(expires_at));
     }
-    gauge!(ISSUED, "source" => label()).set(timestamp(g.issued_at));
+    gauge!(issued, "source" => label()).set(timestamp(g.issued_at));
     gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
     gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
 }

@@ -343,3 +343,42 @@ fn timestamps_are_seconds_since_the_epoch_negative_before_it() {
         -2.5
     );
 }
+
+/// A client-certificate store's dates are its certificate's, under names of their own: a
+/// dashboard of token expiries does not mix in certificates.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn a_certificate_stores_dates_have_names_of_their_own() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let ca = crate::test_support::pki::Ca::new("kubernetes");
+    let issued = ca.client("n1", Duration::from_secs(3600));
+    let source = crate::test_support::pem("pem", issued.combined());
+    let store = crate::tls::IdentityStore::builder(source)
+        .name("node identity")
+        .load()
+        .await
+        .unwrap();
+    let certificate = store.certificate();
+    let seconds = |at: SystemTime| {
+        at.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let gauge =
+        |name: &str| recorder.value(&format!("bearer_reload_{name}{{source=node identity}}"));
+    assert_eq!(
+        gauge("client_certificate_expiry_timestamp_seconds"),
+        seconds(certificate.not_after)
+    );
+    assert_eq!(
+        gauge("client_certificate_issued_timestamp_seconds"),
+        seconds(certificate.not_before)
+    );
+    assert_eq!(gauge("generation"), 1.0);
+    let series = recorder.series();
+    assert!(
+        !series.keys().any(|k| k.starts_with("bearer_reload_token_")),
+        "{series:#?}"
+    );
+}

@@ -77,6 +77,7 @@ impl Telemetry {
         crate::metrics::token(
             &self.source,
             &crate::metrics::TokenGauges {
+                kind: C::KIND,
                 generation: token.generation(),
                 expires_at: token.expires_at(),
                 issued_at: token.issued_at().unwrap_or(token.loaded_at()),

@@ -54,6 +54,10 @@ impl Parse for Identity {
         self.leaf().is_expired_at(now)
     }
 
+    fn issued_at(&self) -> Option<SystemTime> {
+        Some(self.leaf().not_before)
+    }
+
     /// The certificates in order (leaf first) and the first private key, from any PEM
     /// that holds both, in any order; refused when the key is not the leaf's, or the leaf
     /// has expired.

@@ -143,6 +143,11 @@ pub(crate) trait Parse: fmt::Display + Clone + Send + Sync + Sized + 'static {
     fn skipped(&self) -> u64 {
         0
     }
+
+    /// When it became valid, if it says.
+    fn issued_at(&self) -> Option<SystemTime> {
+        None
+    }
 }
 
 /// A credential parsed from PEM, as its store holds it: the parsed value, its digest (the
@@ -231,6 +236,10 @@ impl<T: Parse> Credential for Pem<T> {
 
     fn skipped(&self) -> u64 {
         self.value.skipped()
+    }
+
+    fn issued_at(&self) -> Option<SystemTime> {
+        self.value.issued_at()
     }
 }
 
