@@ -67,10 +67,11 @@
 //!
 //! Linux, macOS and Windows, each with its native file watcher (inotify, FSEvents,
 //! `ReadDirectoryChangesW`). Two things differ:
-//! - On Linux, a token file on a local filesystem (a projected volume's tmpfs, a local
-//!   disk) is read on the watcher's own thread as its change is reported, with system
-//!   calls that cannot block ([`FileSource`](source::FileSource)); other systems read it on
-//!   tokio's blocking pool under the store's time limit, as Linux does for any other file.
+//! - On Linux, a file on a local filesystem (a projected volume's tmpfs, a local disk) is
+//!   read on the watcher's own thread as its change is reported, with system calls that
+//!   cannot block ([`FileSource`](source::FileSource), a source wrapping one, a client
+//!   certificate or a CA bundle of up to 64 KiB of PEM); other systems read it on tokio's
+//!   blocking pool under the store's time limit, as Linux does for any other file.
 //!   A Linux build takes that portable path too under
 //!   `RUSTFLAGS='--cfg bearer_reload_portable'`, which is how it is tested.
 //! - An [`ExecSource`](source::ExecSource) plugin that times out is killed with its whole

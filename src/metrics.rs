@@ -14,7 +14,7 @@
 //! | `bearer_reload_token_issued_timestamp_seconds` | gauge | | when the token in use was issued (its `iat`, else when it was installed), Unix time |
 //! | `bearer_reload_client_certificate_expiry_timestamp_seconds` | gauge | | a client-certificate store's (feature `tls`): when the certificate in use expires (its `notAfter`, or the source's earlier expiry), Unix time |
 //! | `bearer_reload_client_certificate_issued_timestamp_seconds` | gauge | | when the certificate in use became valid (its `notBefore`), Unix time |
-//! | `bearer_reload_ca_bundle_issued_timestamp_seconds` | gauge | | a CA-bundle store's: when the bundle in use was installed, Unix time (a bundle has no expiry of its own) |
+//! | `bearer_reload_ca_bundle_issued_timestamp_seconds` | gauge | | a CA-bundle store's: when the bundle in use was installed, Unix time (a bundle has no expiry of its own, so `bearer_reload_ca_bundle_expiry_timestamp_seconds` is never set) |
 //! | `bearer_reload_source_changed_timestamp_seconds` | gauge | | when a read of the source last found a new token, Unix time |
 //! | `bearer_reload_watch_state` | gauge | `state` (`active`, `degraded`, `off`, `stopped`) | 1 for the store's watch state, 0 for the others |
 //! | `bearer_reload_generation` | gauge | | the token's generation (1, then one more per rotation) |
@@ -34,6 +34,11 @@
 //!   for: 1m
 //!   annotations:
 //!     summary: "{{ $labels.source }}: the token in use expires within 10 minutes"
+//! - alert: ClientCertificateExpiresSoon
+//!   expr: bearer_reload_client_certificate_expiry_timestamp_seconds - time() < 3600
+//!   for: 1m
+//!   annotations:
+//!     summary: "{{ $labels.source }}: the client certificate in use expires within an hour"
 //! - alert: BearerTokenRotatorStalled
 //!   expr: bearer_reload_rotation_stalled == 1
 //!   for: 5m
@@ -114,7 +119,10 @@ pub(crate) fn describe() {
         describe_gauge!(
             issued,
             ::metrics::Unit::Seconds,
-            format!("When the {what} in use was issued, as a Unix timestamp.")
+            format!(
+                "When the {what} in use was issued (a CA bundle: installed), as a Unix \
+                 timestamp."
+            )
         );
     }
     describe_gauge!(

@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         let claims = bearer_reload::token::fuzz_claims(&token, std::time::SystemTime::now());
         let shown = format!("{token:?} {token:#?} {token} {claims}");
         let _ = token.expires_at();
-        let _ = token.rotate_hint();
+        let _ = token.refresh_at();
         let _ = bearer_reload::token::fuzz_claims(&token, std::time::UNIX_EPOCH);
         // Unless the claims themselves hold it (the input can put it there).
         if signature.len() > 8 && !String::from_utf8_lossy(raw).contains(&signature) {

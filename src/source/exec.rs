@@ -156,13 +156,13 @@ enum Wants {
 }
 
 impl fmt::Debug for ExecSource {
-    /// The command, its arguments and the names of its variables: values of `env` may be
-    /// secrets.
+    /// The command, how many arguments it has and the names of its variables: an
+    /// argument (`--oidc-client-secret=...`) or the value of a variable may be a secret.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let env: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
         f.debug_struct("ExecSource")
             .field("command", &self.command)
-            .field("args", &self.args)
+            .field("args", &format_args!("<{} arguments>", self.args.len()))
             .field("env", &env)
             .field("api_version", &self.api_version)
             .field("interactive", &self.interactive)

@@ -341,7 +341,9 @@ pub trait TokenSource: Send + Sync + 'static {
     /// microseconds of the rename. A [`FileSource`] on a local filesystem answers (on
     /// Linux, where the kernel can promise the read will not block); the default answers
     /// `None`. A source that wraps another forwards to it, so that it keeps that fast path.
-    /// It must never block, wait or fail loudly: any doubt is `None`, and `fetch` runs.
+    /// It must never block, wait or fail loudly: any doubt is `None`, and `fetch` runs. It
+    /// may run while a `fetch` of the same store runs (the store installs only one of
+    /// them), so a source whose reads must not overlap answers `None`.
     fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
         let _ = cx;
         None

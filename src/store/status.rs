@@ -53,17 +53,20 @@ pub struct Status {
     pub subject: Option<String>,
     /// The current credential's fingerprint: a token's first 8 hex digits of its SHA-256,
     /// a client certificate's SHA-256 as `openssl x509 -fingerprint -sha256` prints it; for
-    /// a CA bundle, a short one of all its certificates, which changes when any does.
+    /// a CA bundle, a short one of the certificates it trusts, which changes when any of
+    /// them does.
     pub fingerprint: String,
     /// When the current credential was read.
     pub loaded_at: SystemTime,
-    /// When the current credential expires: the source's word, else a JWT's `exp` or a
-    /// client certificate's `notAfter`; `None` when nothing says (an opaque token, a CA
-    /// bundle).
+    /// When the current credential expires: for a token the source's word, else a JWT's
+    /// `exp`; for a client certificate the earlier of its `notAfter` and the source's
+    /// word; `None` when nothing says (an opaque token, a CA bundle). The store reads its
+    /// source again before then, whatever [`refresh_at`](Self::refresh_at) says.
     pub expires_at: Option<SystemTime>,
-    /// When the current token is due to be replaced
-    /// ([`Token::refresh_at`](crate::Token::refresh_at)): when its source asked to be
-    /// fetched again, else a JWT's `warnafter`, else its `exp`.
+    /// When the current credential is due to be replaced, as it or its source says: when
+    /// its source asked to be fetched again, else a JWT's `warnafter`, else its `exp`
+    /// ([`Token::refresh_at`](crate::Token::refresh_at)); for a certificate or a bundle,
+    /// only the source's word.
     pub refresh_at: Option<SystemTime>,
     /// Whether the credential in use has expired (for a CA bundle: every authority in it)
     /// because nothing newer came: servers will refuse it.
@@ -89,11 +92,12 @@ pub struct Status {
     pub retries: u64,
     /// Requests sent again that were not refused the second time.
     pub retries_succeeded: u64,
-    /// Since when the rotator has stalled, if it has: the token in use is past the point at
-    /// which its writer should have replaced it (80% of `iat..exp` plus a minute, and past
-    /// `warnafter`), or has expired, and the last read of the source found nothing newer.
-    /// Cleared when a new token is installed. Logged once per token; with the `metrics`
-    /// feature, the gauge `bearer_reload_rotation_stalled`.
+    /// Since when the rotator has stalled, if it has: the credential in use is past the
+    /// point at which its writer should have replaced it (for a projected token: 80% of
+    /// `iat..exp` plus a minute, and past `warnafter`), or has expired, and the last read
+    /// of the source found nothing newer. Cleared when a new one is installed. Logged once
+    /// per credential; with the `metrics` feature, the gauge
+    /// `bearer_reload_rotation_stalled`.
     pub stalled_since: Option<SystemTime>,
     /// Certificates of the current CA bundle left out because they cannot be used (each
     /// warned about, with its place in the bundle, when read); 0 for any other credential.

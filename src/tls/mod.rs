@@ -18,8 +18,9 @@
 //!   `ServerCertVerifier` over the current one.
 //! - [`IdentityStore::files`]: a certificate and its key in two files (one file holding
 //!   both is a [`FileSource`](crate::source::FileSource)).
-//! - [`RootStore::client_config`]: a rustls `ClientConfig` with both, and session
-//!   resumption off.
+//! - [`RootStore::client_config`]: a rustls `ClientConfig` that trusts the current bundle,
+//!   with session resumption off; set its `client_auth_cert_resolver` to
+//!   [`IdentityStore::resolver`] to present the current identity too.
 //! - [`HttpsClient`]: a hyper-util client with both, that retires its connections on
 //!   rotation and reloads (and retries) on a refusal.
 //!
@@ -76,14 +77,15 @@
 //!
 //! Pools this crate does not own keep their connections:
 //!
-//! - **reqwest**: give it [`RootStore::client_config`] with
-//!   `ClientBuilder::use_preconfigured_tls` (set `alpn_protocols` for HTTP/2): new
-//!   connections present the new identity, but idle ones are reused until
+//! - **reqwest**: give it [`RootStore::client_config`], its `client_auth_cert_resolver` set
+//!   to [`IdentityStore::resolver`], with `ClientBuilder::use_preconfigured_tls` (set
+//!   `alpn_protocols` for HTTP/2): new connections present the new identity, but idle ones are reused until
 //!   `pool_idle_timeout` (90 s by default); to bound that, set it shorter, or
 //!   `pool_max_idle_per_host(0)` to reuse none.
 //! - **tonic**: a `Channel` holds one HTTP/2 connection and reconnects only when it breaks.
 //!   Give `Endpoint::connect_with_connector` an `hyper_rustls::HttpsConnector` built on
-//!   [`RootStore::client_config`] (new connections use the current credentials), and to
+//!   [`RootStore::client_config`] with [`IdentityStore::resolver`] as above (new
+//!   connections use the current credentials), and to
 //!   retire the old one build a new `Channel` when [`IdentityStore::subscribe`] says the
 //!   identity changed; the old channel's calls finish on the old connection.
 //!

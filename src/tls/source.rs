@@ -230,8 +230,10 @@ impl<T: Parse> Credential for Pem<T> {
         None
     }
 
+    /// Past the source's expiry (an exec plugin's `expirationTimestamp`), or past its own
+    /// (a certificate's `notAfter`, every authority's of a bundle).
     fn is_expired_at(&self, now: SystemTime) -> bool {
-        self.value.is_expired_at(now)
+        self.expires_at().is_some_and(|exp| now >= exp) || self.value.is_expired_at(now)
     }
 
     fn skipped(&self) -> u64 {

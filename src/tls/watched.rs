@@ -1,6 +1,7 @@
 //! [`Watched`]: the store of a credential parsed from PEM (a client identity, a CA
 //! bundle): the crate's one store, holding a [`Pem`], so that the watcher, the timer,
-//! single flight, keep-last-good, the refusal reloads and the metrics are the token's own.
+//! single flight, keep-last-good, the refusal reloads and the metrics are the store's own,
+//! as for a token.
 
 use std::sync::Arc;
 

@@ -381,15 +381,22 @@ fn a_relative_command_with_a_separator_resolves_against_the_kubeconfig_directory
 }
 
 #[test]
-fn debug_never_shows_env_values() {
-    let source = ExecSource::new("aws")
-        .arg("eks")
+fn debug_never_shows_env_values_or_arguments() {
+    let source = ExecSource::new("kubectl")
+        .args([
+            "oidc-login",
+            "get-token",
+            "--oidc-client-secret=hunter2-arg",
+        ])
         .env("AWS_SECRET_ACCESS_KEY", "hunter2-secret");
     let debug = format!("{source:?}");
     assert!(
-        debug.contains("AWS_SECRET_ACCESS_KEY") && !debug.contains("hunter2"),
+        debug.contains("AWS_SECRET_ACCESS_KEY")
+            && debug.contains("<3 arguments>")
+            && !debug.contains("hunter2"),
         "{debug}"
     );
+    let source = ExecSource::new("aws");
     assert_eq!(source.describe(), "exec plugin aws");
     assert_eq!(source.default_fetch_timeout(), Duration::from_secs(60));
     assert_eq!(source.default_refresh_interval(), None);
