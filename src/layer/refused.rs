@@ -18,7 +18,7 @@
 //!   refusals can reach over a connection's life.
 //! - Then one yield, so that the connection's own task can put it back in its pool before
 //!   the retry asks for one; the caller sends the request with the store's newest token
-//!   ([`TokenStore::resend`]).
+//!   (`Store::resend`).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -20,13 +20,16 @@
 //!   `watch`/`unwatch` calls) and `table` (directories and subscribers, held briefly). The
 //!   event handler runs on notify's thread and takes only `table`: `watch`/`unwatch` block
 //!   on a reply from that thread, so it must never wait for `control`.
-//! - A subscriber is woken through a coalescing [`Signal`] that counts events; what it does
-//!   then is the watch loop's business (`super::watch`).
+//! - A store subscribes through a [`Subscriber`], the names of its chain, and is woken
+//!   through a coalescing [`Signal`] that counts events; what it does then is the watch
+//!   loop's business (`super::watch`).
+//!
+//! The submodules are the registry's parts, each used by it and none using it: the
+//! [`Signal`], the `table` of directories and subscribers, `dispatch` (what an event means)
+//! and `health` (the check that each directory is still the one at its path).
 
-use std::path::Path;
-#[cfg(test)]
-use std::sync::atomic::Ordering;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -39,24 +42,18 @@ use crate::sync::lock;
 mod dispatch;
 mod health;
 mod signal;
-mod subscriber;
 mod table;
 
 use dispatch::dispatch;
 pub(super) use signal::ReadNow;
 pub(super) use signal::Signal;
-pub(super) use subscriber::Subscriber;
-use table::{Dir, Table, identity, lost_reason, mark_lost};
+pub(super) use table::READS_PER_DIR;
+use table::{Dir, Table, identity, lost_reason};
 
 /// How often each watched directory is checked to be still the one at its path. An
 /// unmount (notify does not report `IN_UNMOUNT`) or a renamed ancestor sends no event, yet
 /// leaves the watch on an inode that is no longer at the path.
 pub(super) const VERIFY_EVERY: Duration = Duration::from_secs(5);
-
-/// How many reads woken by a directory's events run at once, per directory: enough to keep
-/// a few cores busy when an event wakes every store of a crowded directory, without a
-/// blocking thread per store.
-pub(super) const READS_PER_DIR: usize = 4;
 
 /// What the registry needs from a watcher; implemented by every `notify` watcher.
 pub(crate) trait DirWatcher: Send {
@@ -330,6 +327,58 @@ impl Registry {
         let watcher = control.watcher.take()?;
         tracing::debug!(instance = control.instance, "file watcher stopped");
         Some((watcher, control.health.take()))
+    }
+}
+
+/// A store's interest in the names of its chain; unsubscribes from all when dropped.
+pub(crate) struct Subscriber {
+    registry: Arc<Registry>,
+    id: u64,
+    pub(crate) signal: Arc<Signal>,
+    entries: Vec<Entry>,
+}
+
+impl Subscriber {
+    /// A subscriber woken through `signal`, subscribed to nothing yet.
+    pub(crate) fn new(registry: &Arc<Registry>, signal: Signal) -> Self {
+        registry.live.fetch_add(1, Ordering::Relaxed);
+        Self {
+            registry: registry.clone(),
+            id: registry.next_id.fetch_add(1, Ordering::Relaxed),
+            signal: Arc::new(signal),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Watches exactly `entries` (new ones are added before old ones go, so that a
+    /// directory that stays is not unwatched in between), and returns the state of each
+    /// directory: the epoch of its watch, or why it is not watched.
+    pub(crate) fn watch(&mut self, entries: Vec<Entry>) -> Vec<(PathBuf, Result<u64, String>)> {
+        if entries != self.entries {
+            for entry in entries.iter().filter(|e| !self.entries.contains(e)) {
+                self.registry.register(entry, self.id, &self.signal);
+            }
+            for entry in self.entries.iter().filter(|e| !entries.contains(e)) {
+                self.registry.unregister(entry, self.id);
+            }
+            self.entries = entries;
+        }
+        let mut states: Vec<(PathBuf, Result<u64, String>)> = Vec::new();
+        for entry in &self.entries {
+            if !states.iter().any(|(dir, _)| *dir == entry.dir) {
+                states.push((entry.dir.clone(), self.registry.arm(&entry.dir)));
+            }
+        }
+        states
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        for entry in &self.entries {
+            self.registry.unregister(entry, self.id);
+        }
+        self.registry.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

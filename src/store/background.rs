@@ -5,7 +5,7 @@
 //! start-up step, a test fixture) and used on another. When the refresher is dropped while
 //! its store lives, the store says so ([`WatchState::Stopped`], a warning) and sets the
 //! `STOPPED` flag of its word, so that the next request through a layer (or a
-//! [`reload`](TokenStore::reload)) made from a live runtime starts a new refresher there,
+//! [`reload`](crate::TokenStore::reload)) made from a live runtime starts a new refresher there,
 //! reads the source once (for what changed while nothing watched) and follows it again. A refresher the caller runs
 //! ([`StoreBuilder::pair`](crate::StoreBuilder::pair)) is the caller's: the store reports
 //! that it stopped but starts nothing.

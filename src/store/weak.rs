@@ -8,7 +8,7 @@ use super::{Credential, LoadError, OnFailure, Recency, Reloaded, Shared, Store, 
 use crate::source::Trigger;
 use crate::sync::lock;
 
-/// A weak reference to a [`TokenStore`], held by background work (the timer, the
+/// A weak reference to a [`Store`], held by background work (the timer, the
 /// watcher) so that it never keeps the store alive.
 pub(crate) struct WeakStore<C: Credential> {
     shared: Weak<Shared<C>>,

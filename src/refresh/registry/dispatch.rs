@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
 use notify::{Event, EventKind};
 
-use super::{Dir, Signal, Table, mark_lost};
+use super::signal::Signal;
+use super::table::{Dir, Table, mark_lost};
 use crate::sync::lock;
 
 /// Whether an event can mean that the token file changed. Opening or reading a file (our

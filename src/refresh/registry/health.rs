@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use super::{Table, identity, mark_lost};
+use super::table::{Table, identity, mark_lost};
 use crate::sync::lock;
 
 /// The running check; stops its thread when dropped.

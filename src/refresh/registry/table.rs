@@ -8,7 +8,12 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{READS_PER_DIR, Signal};
+use super::signal::Signal;
+
+/// How many reads woken by a directory's events run at once, per directory: enough to keep
+/// a few cores busy when an event wakes every store of a crowded directory, without a
+/// blocking thread per store.
+pub(crate) const READS_PER_DIR: usize = 4;
 
 /// One watched (or to-be-watched) directory.
 pub(super) struct Dir {
