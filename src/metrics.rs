@@ -60,8 +60,6 @@ use std::time::SystemTime;
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge};
 
-use crate::store::Kind;
-
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
 const RETRIES: &str = "bearer_reload_retries_total";
@@ -73,14 +71,35 @@ const CERTIFICATE_ISSUED: &str = "bearer_reload_client_certificate_issued_timest
 const BUNDLE_EXPIRY: &str = "bearer_reload_ca_bundle_expiry_timestamp_seconds";
 const BUNDLE_ISSUED: &str = "bearer_reload_ca_bundle_issued_timestamp_seconds";
 
-/// The names of the gauges of a credential's own dates: its expiry and its issue.
-fn dates(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Token => (EXPIRY, ISSUED),
-        Kind::ClientCertificate => (CERTIFICATE_EXPIRY, CERTIFICATE_ISSUED),
-        Kind::CaBundle => (BUNDLE_EXPIRY, BUNDLE_ISSUED),
-    }
+/// The gauges of a credential's own dates, named for what it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dates {
+    /// What the credential is, in the gauges' descriptions.
+    what: &'static str,
+    expiry: &'static str,
+    issued: &'static str,
 }
+
+/// A token's.
+pub(crate) const TOKEN_DATES: Dates = Dates {
+    what: "token",
+    expiry: EXPIRY,
+    issued: ISSUED,
+};
+
+/// A client certificate's: its `notAfter` and `notBefore`.
+pub(crate) const CERTIFICATE_DATES: Dates = Dates {
+    what: "client certificate",
+    expiry: CERTIFICATE_EXPIRY,
+    issued: CERTIFICATE_ISSUED,
+};
+
+/// A CA bundle's (never an expiry: a bundle has none of its own).
+pub(crate) const BUNDLE_DATES: Dates = Dates {
+    what: "CA bundle",
+    expiry: BUNDLE_EXPIRY,
+    issued: BUNDLE_ISSUED,
+};
 const SOURCE_CHANGED: &str = "bearer_reload_source_changed_timestamp_seconds";
 const WATCH_STATE: &str = "bearer_reload_watch_state";
 const GENERATION: &str = "bearer_reload_generation";
@@ -105,12 +124,12 @@ pub(crate) fn describe() {
         KEPT_AUTHORIZATION,
         "Requests that kept their own Authorization header."
     );
-    for (kind, what) in [
-        (Kind::Token, "token"),
-        (Kind::ClientCertificate, "client certificate"),
-        (Kind::CaBundle, "CA bundle"),
-    ] {
-        let (expiry, issued) = dates(kind);
+    for Dates {
+        what,
+        expiry,
+        issued,
+    } in [TOKEN_DATES, CERTIFICATE_DATES, BUNDLE_DATES]
+    {
         describe_gauge!(
             expiry,
             ::metrics::Unit::Seconds,
@@ -167,8 +186,8 @@ pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
 
 /// The gauges that follow the token in use.
 pub(crate) struct TokenGauges {
-    /// What the store holds: it names the gauges of its dates.
-    pub(crate) kind: Kind,
+    /// The gauges of its dates, named for what the store holds.
+    pub(crate) dates: Dates,
     pub(crate) generation: u64,
     pub(crate) expires_at: Option<SystemTime>,
     pub(crate) issued_at: SystemTime,
@@ -189,11 +208,10 @@ pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
     // Precision loss past 2^53 generations is of no concern.
     #[allow(clippy::cast_precision_loss)]
     gauge!(GENERATION, "source" => label()).set(g.generation as f64);
-    let (expiry, issued) = dates(g.kind);
     if let Some(expires_at) = g.expires_at {
-        gauge!(expiry, "source" => label()).set(timestamp(expires_at));
+        gauge!(g.dates.expiry, "source" => label()).set(timestamp(expires_at));
     }
-    gauge!(issued, "source" => label()).set(timestamp(g.issued_at));
+    gauge!(g.dates.issued, "source" => label()).set(timestamp(g.issued_at));
     gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
     gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
 }

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use super::Credential;
+#[cfg(feature = "metrics")]
+use super::Kind;
 use super::{LoadError, Reloaded, RetryOutcome, WatchState};
 use crate::source::Trigger;
 
@@ -77,7 +79,11 @@ impl Telemetry {
         crate::metrics::token(
             &self.source,
             &crate::metrics::TokenGauges {
-                kind: C::KIND,
+                dates: match C::KIND {
+                    Kind::Token => crate::metrics::TOKEN_DATES,
+                    Kind::ClientCertificate => crate::metrics::CERTIFICATE_DATES,
+                    Kind::CaBundle => crate::metrics::BUNDLE_DATES,
+                },
                 generation: token.generation(),
                 expires_at: token.expires_at(),
                 issued_at: token.issued_at().unwrap_or(token.loaded_at()),
