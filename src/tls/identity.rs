@@ -11,8 +11,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, Pem, PemFiles, digest};
-use super::watched::Watched;
+use super::source::{Parse, Parsed, Pem, PemFiles, PemSource, digest};
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::ExecSource;
@@ -145,14 +144,14 @@ impl Parse for Identity {
 /// ```
 #[derive(Clone)]
 pub struct IdentityStore {
-    watched: Watched<Identity>,
+    store: Store<Pem<Identity>>,
 }
 
 impl fmt::Debug for IdentityStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdentityStore")
-            .field("source", &self.watched.store().status().source)
-            .field("certificate", self.watched.current().leaf())
+            .field("source", &self.store.status().source)
+            .field("certificate", self.store.current().leaf())
             .finish_non_exhaustive()
     }
 }
@@ -161,7 +160,7 @@ impl IdentityStore {
     /// A builder of the store on `source`, whose bytes are PEM holding the certificate
     /// chain and its private key.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<IdentityStore> {
-        Watched::<Identity>::builder(source, Self::from_store)
+        StoreBuilder::of(PemSource::<_, Identity>::new(source), Self::from_store)
     }
 
     /// A builder of the store on a certificate (with its chain) and its private key in two
@@ -189,24 +188,22 @@ impl IdentityStore {
     }
 
     fn from_store(store: Store<Pem<Identity>>) -> Self {
-        Self {
-            watched: Watched::new(store),
-        }
+        Self { store }
     }
 
     /// The certificate presented now (the chain's first).
     pub fn certificate(&self) -> Certificate {
-        self.watched.current().leaf().clone()
+        self.store.current().leaf().clone()
     }
 
     /// The identity's generation: 1 for the first, one more for each new certificate.
     pub fn generation(&self) -> u64 {
-        self.watched.store().generation()
+        self.store.generation()
     }
 
     /// A receiver of generation numbers, updated each time a new identity is installed.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.watched.store().subscribe()
+        self.store.subscribe()
     }
 
     /// Reads the source again, and installs the identity if it is valid and new; returns
@@ -217,13 +214,13 @@ impl IdentityStore {
     /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
     /// usable certificate and key); the last good identity stays.
     pub async fn reload(&self) -> Result<Certificate, LoadError> {
-        Ok(self.watched.reload().await?.leaf().clone())
+        Ok(self.store.reload().await?.leaf().clone())
     }
 
     /// A snapshot of the store's state: the certificate's subject, fingerprint and
     /// `notAfter`, the reads, the refusals; never the key.
     pub fn status(&self) -> Status {
-        self.watched.status()
+        self.store.status()
     }
 
     /// A rustls client-certificate resolver that answers every handshake with the current
@@ -239,11 +236,11 @@ impl IdentityStore {
 
     /// The chain and key presented now.
     pub(crate) fn certified_key(&self) -> Arc<CertifiedKey> {
-        self.watched.current().key.clone()
+        self.store.current().key.clone()
     }
 
     pub(crate) fn store(&self) -> &Store<Pem<Identity>> {
-        self.watched.store()
+        &self.store
     }
 }
 

@@ -107,7 +107,6 @@ mod refusal;
 mod roots;
 mod source;
 mod stores;
-mod watched;
 
 pub use certificate::Certificate;
 pub use client::HttpsClient;

@@ -14,8 +14,7 @@ use rustls::{
 };
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, Pem, Skipped, digest};
-use super::watched::Watched;
+use super::source::{Parse, Parsed, Pem, PemSource, Skipped, digest};
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
@@ -159,14 +158,14 @@ impl Parse for Roots {
 /// ```
 #[derive(Clone)]
 pub struct RootStore {
-    watched: Watched<Roots>,
+    store: Store<Pem<Roots>>,
 }
 
 impl fmt::Debug for RootStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RootStore")
-            .field("source", &self.watched.store().status().source)
-            .field("certificates", &self.watched.current().certificates)
+            .field("source", &self.store.status().source)
+            .field("certificates", &self.store.current().certificates)
             .finish_non_exhaustive()
     }
 }
@@ -174,28 +173,26 @@ impl fmt::Debug for RootStore {
 impl RootStore {
     /// A builder of the store on `source`, whose bytes are PEM certificates.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<RootStore> {
-        Watched::<Roots>::builder(source, Self::from_store)
+        StoreBuilder::of(PemSource::<_, Roots>::new(source), Self::from_store)
     }
 
     fn from_store(store: Store<Pem<Roots>>) -> Self {
-        Self {
-            watched: Watched::new(store),
-        }
+        Self { store }
     }
 
     /// The authorities trusted now.
     pub fn certificates(&self) -> Vec<Certificate> {
-        self.watched.current().certificates.clone()
+        self.store.current().certificates.clone()
     }
 
     /// The bundle's generation: 1 for the first, one more for each new bundle.
     pub fn generation(&self) -> u64 {
-        self.watched.store().generation()
+        self.store.generation()
     }
 
     /// A receiver of generation numbers, updated each time a new bundle is installed.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.watched.store().subscribe()
+        self.store.subscribe()
     }
 
     /// Reads the source again, and installs the bundle if it is valid and new; returns
@@ -206,14 +203,14 @@ impl RootStore {
     /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
     /// usable bundle); the last good bundle stays.
     pub async fn reload(&self) -> Result<Vec<Certificate>, LoadError> {
-        Ok(self.watched.reload().await?.certificates.clone())
+        Ok(self.store.reload().await?.certificates.clone())
     }
 
     /// A snapshot of the store's state: the reads, the failures, the refusals, the
     /// certificates of the bundle skipped as unusable
     /// ([`certificates`](Self::certificates) lists the authorities).
     pub fn status(&self) -> Status {
-        self.watched.status()
+        self.store.status()
     }
 
     /// A rustls server-certificate verifier that checks each handshake against the
@@ -248,7 +245,7 @@ impl RootStore {
     /// ```
     pub fn client_config(&self) -> ClientConfig {
         let mut config = self
-            .watched
+            .store
             .current()
             .config
             .clone()
@@ -260,7 +257,7 @@ impl RootStore {
     }
 
     pub(crate) fn store(&self) -> &Store<Pem<Roots>> {
-        self.watched.store()
+        &self.store
     }
 }
 
@@ -270,7 +267,7 @@ struct Verifier(RootStore);
 
 impl Verifier {
     fn current(&self) -> Arc<WebPkiServerVerifier> {
-        self.0.watched.current().verifier.clone()
+        self.0.store.current().verifier.clone()
     }
 }
 
