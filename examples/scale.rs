@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example scale [-- --n 100 --n 1000 --n 10000 --layout onedir]
+//! cargo run --release --example scale -- --n 1000 --layout onedir --source kubeconfig
 //! ```
 //!
 //! For each N and layout, builds N stores (one per file; `dirs`: ten files a directory,
@@ -10,8 +11,13 @@
 //! renamed over the token) and prints one line:
 //!
 //! ```text
-//! scale n=N layout=<dirs|onedir> reload_p50_ms= reload_p99_ms= reads_per_rotation= cpu_ms_per_rotation= idle_cpu_pct= threads_peak=
+//! scale n=N layout=<dirs|onedir> source=<token|kubeconfig> reload_p50_ms= reload_p99_ms= reads_per_rotation= cpu_ms_per_rotation= idle_cpu_pct= threads_peak=
 //! ```
+//!
+//! With `--source kubeconfig`, each file is a kubeconfig with an inline token and an inline
+//! CA bundle (a controller's clusters, one kubeconfig each), loaded with
+//! `Credentials::from_kubeconfig`: a store of the file, and a token store and a CA store
+//! that follow it. The reads counted are the token stores', one per read of their file.
 //!
 //! - `reload_p50_ms`, `reload_p99_ms`: from the `rename` to the moment the rotated file's
 //!   store carries the new token;
@@ -28,6 +34,8 @@
 //! The stores' periodic timer is off unless `--refresh-secs` says otherwise, so that the
 //! watcher's cost is measured alone.
 
+#[path = "../tests/support/pki.rs"]
+mod pki;
 #[path = "../tests/support/procfs.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod procfs;
@@ -37,7 +45,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use bearer_reload::TokenStore;
+use bearer_reload::kube::Credentials;
 use bearer_reload::source::FileSource;
 use clap::{Parser, ValueEnum};
 
@@ -56,6 +66,14 @@ enum Layout {
     Onedir,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Source {
+    /// Token files, a `TokenStore` each.
+    Token,
+    /// Kubeconfigs with an inline token and CA bundle, `Credentials::from_kubeconfig` each.
+    Kubeconfig,
+}
+
 /// Scale figures: many stores, one rotation at a time.
 #[derive(Parser, Debug)]
 #[command(about)]
@@ -72,9 +90,32 @@ struct Args {
     /// Seconds of idle CPU measurement.
     #[arg(long, default_value_t = 10)]
     idle_secs: u64,
-    /// The stores' periodic re-read, in seconds (default: off).
+    /// The stores' periodic re-read, in seconds (default: off; a kubeconfig's: 60 s).
     #[arg(long)]
     refresh_secs: Option<u64>,
+    /// What each file is.
+    #[arg(long, value_enum, default_value = "token")]
+    source: Source,
+}
+
+/// What file `i` holds when its token is `token`: the token, or a kubeconfig with it.
+fn content(source: Source, ca_pem: &str, token: &str) -> String {
+    match source {
+        Source::Token => token.to_owned(),
+        Source::Kubeconfig => serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {
+                "server": "https://127.0.0.1:6443",
+                "certificate-authority-data":
+                    base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            }}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        })
+        .to_string(),
+    }
 }
 
 #[tokio::main]
@@ -191,6 +232,7 @@ fn total_reads(stores: &[TokenStore]) -> u64 {
 
 async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
+    let ca_pem = pki::Ca::new("kubernetes").pem();
     let peak = ThreadPeak::start();
     let paths: Vec<PathBuf> = (0..n)
         .map(|i| match layout {
@@ -202,19 +244,30 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
         if i % PER_DIR == 0 {
             std::fs::create_dir_all(path.parent().expect("a directory"))?;
         }
-        std::fs::write(path, format!("token-{i}-0"))?;
+        std::fs::write(path, content(args.source, &ca_pem, &format!("token-{i}-0")))?;
     }
 
     let load_start = Instant::now();
     let mut stores = Vec::with_capacity(n);
+    let mut credentials = Vec::new();
     for path in &paths {
-        let builder = TokenStore::builder(FileSource::new(path));
-        let store = match args.refresh_secs {
-            Some(secs) => builder.refresh_interval(Duration::from_secs(secs)),
-            None => builder.no_periodic_refresh(),
-        }
-        .load()
-        .await?;
+        let store = match args.source {
+            Source::Token => {
+                let builder = TokenStore::builder(FileSource::new(path));
+                match args.refresh_secs {
+                    Some(secs) => builder.refresh_interval(Duration::from_secs(secs)),
+                    None => builder.no_periodic_refresh(),
+                }
+                .load()
+                .await?
+            }
+            Source::Kubeconfig => {
+                let (_, loaded) = Credentials::from_kubeconfig(path, &Default::default()).await?;
+                let store = loaded.token_store().expect("an inline token").clone();
+                credentials.push(loaded);
+                store
+            }
+        };
         stores.push(store);
     }
     let load_s = load_start.elapsed().as_secs_f64();
@@ -241,7 +294,7 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
         let want = format!("Bearer {token}");
         let store = &stores[i];
         let mut rx = store.subscribe();
-        let renamed_at = rotate(&paths[i], &token)?;
+        let renamed_at = rotate(&paths[i], &content(args.source, &ca_pem, &token))?;
         let seen = tokio::time::timeout(MISSED_AFTER, async {
             loop {
                 if store.current().header_value() == want.as_str() {
@@ -296,6 +349,10 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
         Layout::Dirs => "dirs",
         Layout::Onedir => "onedir",
     };
+    let source_name = match args.source {
+        Source::Token => "token",
+        Source::Kubeconfig => "kubeconfig",
+    };
     println!(
         "# n={n} layout={layout_name}: loaded in {load_s:.2} s; {} inotify watches on {} \
          inotify instances; missed {missed} of {} rotations",
@@ -311,7 +368,7 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
         wake_all.1.as_secs_f64() * 1000.0,
     );
     println!(
-        "scale n={n} layout={layout_name} reload_p50_ms={:.2} reload_p99_ms={:.2} \
+        "scale n={n} layout={layout_name} source={source_name} reload_p50_ms={:.2} reload_p99_ms={:.2} \
          reads_per_rotation={:.2} cpu_ms_per_rotation={:.2} idle_cpu_pct={:.3} threads_peak={}",
         pct(0.50),
         pct(0.99),
@@ -322,6 +379,7 @@ async fn run(args: &Args, n: usize, layout: Layout) -> Result<(), Box<dyn std::e
     );
 
     drop(stores);
+    drop(credentials);
     let start = Instant::now();
     while procfs::inotify_watches() > 0 && start.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(20)).await;

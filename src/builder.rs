@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::refresh::follow::Leader;
 use crate::refresh::timer::MIN_PERIOD;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource};
@@ -68,6 +69,8 @@ pub struct StoreBuilder<S = TokenStore> {
     fetch_timeout: Option<Duration>,
     name: Option<String>,
     clock: Clock,
+    /// The store whose reads this one follows (a part of a kubeconfig).
+    follow: Option<Arc<dyn Leader>>,
 }
 
 impl<S> fmt::Debug for StoreBuilder<S> {
@@ -81,6 +84,7 @@ impl<S> fmt::Debug for StoreBuilder<S> {
             .field("unauthorized_interval", &self.unauthorized_interval)
             .field("fetch_timeout", &self.time_limit())
             .field("name", &self.name)
+            .field("follows", &self.follow.is_some())
             .finish()
     }
 }
@@ -116,7 +120,16 @@ impl<S> StoreBuilder<S> {
             fetch_timeout: None,
             name: None,
             clock: Clock::default(),
+            follow: None,
         }
+    }
+
+    /// Fetch again as each read of `leader` completes, and say its watch state: for a
+    /// source that takes its credential out of what `leader` holds.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn follow<C: Credential>(mut self, leader: &Store<C>) -> Self {
+        self.follow = Some(Arc::new(leader.clone()));
+        self
     }
 
     /// How often the source is read again regardless of any event (default: the source's
@@ -314,6 +327,7 @@ impl<S> StoreBuilder<S> {
             period: self.period(),
             clock: self.clock,
             watch: self.watch_paths().to_vec(),
+            follow: self.follow.clone(),
         }
     }
 

@@ -70,6 +70,8 @@ const CERTIFICATE_EXPIRY: &str = "bearer_reload_client_certificate_expiry_timest
 const CERTIFICATE_ISSUED: &str = "bearer_reload_client_certificate_issued_timestamp_seconds";
 const BUNDLE_EXPIRY: &str = "bearer_reload_ca_bundle_expiry_timestamp_seconds";
 const BUNDLE_ISSUED: &str = "bearer_reload_ca_bundle_issued_timestamp_seconds";
+const KUBECONFIG_EXPIRY: &str = "bearer_reload_kubeconfig_expiry_timestamp_seconds";
+const KUBECONFIG_ISSUED: &str = "bearer_reload_kubeconfig_issued_timestamp_seconds";
 
 /// The gauges of a credential's own dates, named for what it is.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +102,13 @@ pub(crate) const BUNDLE_DATES: Dates = Dates {
     expiry: BUNDLE_EXPIRY,
     issued: BUNDLE_ISSUED,
 };
+
+/// A kubeconfig file's (never an expiry: its credentials have theirs, in their own stores).
+pub(crate) const KUBECONFIG_DATES: Dates = Dates {
+    what: "kubeconfig",
+    expiry: KUBECONFIG_EXPIRY,
+    issued: KUBECONFIG_ISSUED,
+};
 const SOURCE_CHANGED: &str = "bearer_reload_source_changed_timestamp_seconds";
 const WATCH_STATE: &str = "bearer_reload_watch_state";
 const GENERATION: &str = "bearer_reload_generation";
@@ -128,8 +137,12 @@ pub(crate) fn describe() {
         what,
         expiry,
         issued,
-    } in [TOKEN_DATES, CERTIFICATE_DATES, BUNDLE_DATES]
-    {
+    } in [
+        TOKEN_DATES,
+        CERTIFICATE_DATES,
+        BUNDLE_DATES,
+        KUBECONFIG_DATES,
+    ] {
         describe_gauge!(
             expiry,
             ::metrics::Unit::Seconds,

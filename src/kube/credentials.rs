@@ -1,21 +1,25 @@
 //! [`Credentials`]: the stores a client takes its credentials from, how they are read out
 //! of a kube `Config`, and the client built on them.
 
+use std::path::Path;
+
 use ::kube::client::retry::RetryPolicy;
 use ::kube::client::{Body, ClientBuilder};
 #[cfg(feature = "tls")]
 use ::kube::config::AuthInfo;
+use ::kube::config::KubeConfigOptions;
 use ::kube::{Client, Config};
 use tower::ServiceBuilder;
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
 
+use super::kubeconfig::{self, Inline, Part, Which};
 use super::{AuthInUse, Error, auth_in_use};
 use crate::builder::StoreBuilder;
 use crate::layer::BearerLayer;
 #[cfg(feature = "tls")]
 use crate::source::FnSource;
-use crate::source::{ExecError, ExecSource, FileSource};
+use crate::source::{ExecError, ExecSource, FileSource, TokenSource};
 use crate::store::TokenStore;
 #[cfg(feature = "tls")]
 use crate::tls::{IdentityStore, RootStore};
@@ -115,7 +119,7 @@ impl Credentials {
     /// user's `exec` section cannot be used; [`Error::Data`] when a `-data` field is not
     /// base64.
     pub async fn load(config: &Config) -> Result<Self, Error> {
-        let credentials = match Self::load_all(config).await {
+        let credentials = match Self::load_all(config, Inline::default()).await {
             Ok(credentials) => credentials,
             #[cfg(not(feature = "tls"))]
             Err(Error::Load(e))
@@ -144,7 +148,9 @@ impl Credentials {
         Ok(credentials)
     }
 
-    async fn load_all(config: &Config) -> Result<Self, Error> {
+    /// The stores `config` calls for, but those of the credentials in `inline` (a
+    /// kubeconfig's, which [`from_kubeconfig`](Self::from_kubeconfig) loads).
+    async fn load_all(config: &Config, inline: Inline) -> Result<Self, Error> {
         let mut credentials = Self::default();
         #[cfg(feature = "tls")]
         let mut plugin_identity = None;
@@ -154,6 +160,7 @@ impl Credentials {
             _ => None,
         };
         let builder = match &plugin {
+            _ if inline.token => None,
             Some(plugin) => Some(TokenStore::builder(plugin.clone())),
             None => Self::token_store_builder(config)?,
         };
@@ -179,17 +186,102 @@ impl Credentials {
                 plugin_identity.or(plugin.filter(|plugin| plugin.saw_certificate()));
             credentials.identity = match plugin_identity {
                 Some(plugin) => Some(IdentityStore::exec(plugin).load().await?),
+                None if inline.identity => None,
                 None => match identity_of(&config.auth_info)? {
                     Some(builder) => Some(builder.load().await?),
                     None => None,
                 },
             };
             credentials.roots = match roots_of(config) {
-                Some(builder) => Some(builder.load().await?),
-                None => None,
+                Some(builder) if !inline.roots => Some(builder.load().await?),
+                _ => None,
             };
         }
         Ok(credentials)
+    }
+
+    /// The config of a kubeconfig file that something else rewrites, and credentials that
+    /// follow it: a kubeconfig mounted from a Secret (Cluster API's `<cluster>-kubeconfig`,
+    /// an Argo CD or Rancher cluster secret, a managed service account's), whose inline
+    /// credentials rotate with the file. The context is `options.context`, else the file's
+    /// `current-context` (and `options.cluster`, `options.user` as kube reads them).
+    ///
+    /// The file is watched like a token file (the `..data` swap of a mounted Secret,
+    /// symlink chains, a read every 60 s as backstop) and read once per change for all its
+    /// credentials. Each credential inline in the context — the user's `token`, its
+    /// `client-certificate-data` and `client-key-data`, the cluster's
+    /// `certificate-authority-data` (these two with feature `tls`) — is a store that takes
+    /// its value out of each read, and is installed when it changed: the client's
+    /// connections made with an old identity or CA bundle are retired, and a request
+    /// refused with the old token is sent again with the new one. A server that refuses a
+    /// credential has the file read again at once. The files and plugins the context names
+    /// (`tokenFile`, `exec`, `client-certificate`, `certificate-authority`) are loaded as
+    /// [`load`](Self::load) loads them.
+    ///
+    /// A read that cannot be used changes nothing: a file that does not parse, lacks the
+    /// context, or holds an inline credential that is not valid (a half-written field)
+    /// keeps every credential as it was, and each store's [`status`](crate::TokenStore::status)
+    /// shows the error ([`Error::Kubeconfig`], naming the file and the problem). So does a
+    /// file whose context changed what a client built on it cannot follow: its server, its
+    /// cluster or user, their other settings, which credentials are inline. The client
+    /// goes on with the server and the credentials it has, never the old server with new
+    /// credentials; to follow such a change, build a new client from the file.
+    ///
+    /// The config is kube's for the context
+    /// ([`Config::from_custom_kubeconfig`](https://docs.rs/kube/5/kube/struct.Config.html#method.from_custom_kubeconfig)),
+    /// without the inline token (the token store's header goes on the requests) and with
+    /// the cluster's `certificate-authority` file as `root_cert_file`; build clients with
+    /// [`client`](Self::client). Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kubeconfig`] when the file cannot be read or used; [`Error::Kube`] when kube
+    /// cannot make a config of the context; and those of [`load`](Self::load) for the
+    /// files and plugins it names.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use bearer_reload::kube::Credentials;
+    /// use kube::config::KubeConfigOptions;
+    ///
+    /// // The workload cluster's kubeconfig, mounted from the Secret Cluster API renews.
+    /// let path = "/etc/clusters/prod-eu/value";
+    /// let (config, credentials) =
+    ///     Credentials::from_kubeconfig(path, &KubeConfigOptions::default()).await?;
+    /// let client = credentials.client(config)?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn from_kubeconfig(
+        path: impl AsRef<Path>,
+        options: &KubeConfigOptions,
+    ) -> Result<(Config, Self), Error> {
+        let (config, source) = kubeconfig::first_read(path.as_ref(), options).await?;
+        let Some(source) = source else {
+            let credentials = Self::load(&config).await?;
+            return Ok((config, credentials));
+        };
+        let inline = source.inline();
+        let origin = source.describe();
+        let file = kubeconfig::load(source).await?;
+        let mut credentials = Self::load_all(&config, inline).await?;
+        let part = |which| Part::new(file.clone(), which, &origin);
+        if inline.token {
+            let builder = TokenStore::builder(part(Which::Token)).follow(&file);
+            credentials.token = Some(builder.load().await?);
+        }
+        #[cfg(feature = "tls")]
+        if inline.identity {
+            let builder = IdentityStore::builder(part(Which::Identity)).follow(&file);
+            credentials.identity = Some(builder.load().await?);
+        }
+        #[cfg(feature = "tls")]
+        if inline.roots {
+            let builder = RootStore::builder(part(Which::Roots)).follow(&file);
+            credentials.roots = Some(builder.load().await?);
+        }
+        Ok((config, credentials))
     }
 
     /// The builder of the token store `config` calls for: its user's token file
@@ -235,6 +327,24 @@ impl Credentials {
                 None
             }
         })
+    }
+
+    /// The store of the bearer token, if any: to read its
+    /// [`status`](TokenStore::status) (a kubeconfig that cannot be used shows there).
+    pub fn token_store(&self) -> Option<&TokenStore> {
+        self.token.as_ref()
+    }
+
+    /// The store of the client identity, if any (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub fn identity_store(&self) -> Option<&IdentityStore> {
+        self.identity.as_ref()
+    }
+
+    /// The store of the CA bundle, if any (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub fn root_store(&self) -> Option<&RootStore> {
+        self.roots.as_ref()
     }
 
     /// The store the bearer token comes from.

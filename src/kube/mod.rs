@@ -119,7 +119,7 @@
 use std::path::PathBuf;
 
 use ::kube::Config;
-use ::kube::config::{AuthInfo, ExecConfig, Kubeconfig};
+use ::kube::config::{AuthInfo, ExecConfig, KubeConfigOptions, Kubeconfig};
 
 use crate::source::ExecError;
 use crate::store::LoadError;
@@ -127,6 +127,7 @@ use crate::store::LoadError;
 mod credentials;
 #[cfg(feature = "tls")]
 mod https;
+mod kubeconfig;
 
 pub use credentials::Credentials;
 
@@ -150,6 +151,18 @@ pub enum Error {
     /// The user's `exec` section cannot be used (no command, an unknown `apiVersion`, ...).
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// A kubeconfig file cannot be used ([`Credentials::from_kubeconfig`]): it cannot be
+    /// read, does not parse, lacks the context, holds an inline credential that is not
+    /// valid, or changed what a client built on it cannot follow (its server, ...). The
+    /// source says which; neither holds a secret.
+    #[error("kubeconfig {}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A kubeconfig field meant to hold base64 does not.
     #[error("the kubeconfig's {field} is not base64")]
     Data {
@@ -183,16 +196,20 @@ async fn infer_config() -> Result<Config, Error> {
     if config.root_cert_file.is_none() {
         config.root_cert_file = Kubeconfig::read()
             .ok()
-            .and_then(|kubeconfig| ca_file(&kubeconfig));
+            .and_then(|kubeconfig| ca_file(&kubeconfig, &KubeConfigOptions::default()));
     }
     Ok(config)
 }
 
-/// The current context's cluster's `certificate-authority` path, when it has no
-/// `certificate-authority-data` (which kube would use first).
-fn ca_file(kubeconfig: &Kubeconfig) -> Option<PathBuf> {
-    let context = kubeconfig.current_context.as_deref()?;
-    let cluster = kubeconfig
+/// The chosen context's cluster's `certificate-authority` path (the current context's,
+/// unless `options` says), when it has no `certificate-authority-data` (which kube would
+/// use first).
+fn ca_file(kubeconfig: &Kubeconfig, options: &KubeConfigOptions) -> Option<PathBuf> {
+    let context = options
+        .context
+        .as_deref()
+        .or(kubeconfig.current_context.as_deref())?;
+    let of_context = kubeconfig
         .contexts
         .iter()
         .find(|named| named.name == context)?
@@ -200,6 +217,7 @@ fn ca_file(kubeconfig: &Kubeconfig) -> Option<PathBuf> {
         .as_ref()?
         .cluster
         .as_str();
+    let cluster = options.cluster.as_deref().unwrap_or(of_context);
     let cluster = kubeconfig
         .clusters
         .iter()
@@ -332,15 +350,27 @@ mod tests {
             ))
             .unwrap()
         };
+        let current = KubeConfigOptions::default();
         let file = kubeconfig("{server: 'https://b', certificate-authority: /b/ca.crt}");
-        assert_eq!(ca_file(&file), Some(PathBuf::from("/b/ca.crt")));
+        assert_eq!(ca_file(&file, &current), Some(PathBuf::from("/b/ca.crt")));
+        // The chosen context's, or the chosen cluster's.
+        let context_y = KubeConfigOptions {
+            context: Some("y".into()),
+            ..KubeConfigOptions::default()
+        };
+        assert_eq!(ca_file(&file, &context_y), Some(PathBuf::from("/a/ca.crt")));
+        let cluster_a = KubeConfigOptions {
+            cluster: Some("a".into()),
+            ..KubeConfigOptions::default()
+        };
+        assert_eq!(ca_file(&file, &cluster_a), Some(PathBuf::from("/a/ca.crt")));
         // kube uses the data first: nothing to watch.
         let data = kubeconfig(
             "{server: 'https://b', certificate-authority: /b/ca.crt, certificate-authority-data: eA==}",
         );
-        assert_eq!(ca_file(&data), None);
+        assert_eq!(ca_file(&data, &current), None);
         let none = kubeconfig("{server: 'https://b'}");
-        assert_eq!(ca_file(&none), None);
+        assert_eq!(ca_file(&none, &current), None);
     }
 
     #[test]

@@ -8,33 +8,39 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::store::{Credential, WeakStore};
 
 pub(crate) mod chain;
+pub(crate) mod follow;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
 
-/// What a store's refresher does: the timer's period and clock, and the files to watch.
-#[derive(Debug, Clone)]
+/// What a store's refresher does: the timer's period and clock, the files to watch, and
+/// the store to follow.
+#[derive(Clone)]
 pub(crate) struct Plan {
     pub(crate) period: Option<Duration>,
     pub(crate) clock: Clock,
     pub(crate) watch: Vec<PathBuf>,
+    pub(crate) follow: Option<Arc<dyn follow::Leader>>,
 }
 
-/// The refresher of the store behind `store`: its timer and, for a file, its watcher (which
+/// The refresher of the store behind `store`: its timer, for a file its watcher (which
 /// subscribes here, before the future first runs, so that the store's status says so at
-/// once), until the store is dropped.
+/// once), and for a part of another store's credential its [follower](follow), until the
+/// store is dropped.
 pub(crate) fn refresher<C: Credential>(
     store: WeakStore<C>,
     plan: &Plan,
 ) -> impl Future<Output = ()> + Send + use<C> {
     let timer = timer::run(store.clone(), plan.period, plan.clock);
     let watcher = (!plan.watch.is_empty()).then(|| watch::watch(store.clone(), &plan.watch));
+    let follower = (plan.follow.clone()).map(|leader| follow::follow(store.clone(), leader));
     let early = Early(store.clone());
     async move {
         let watcher = async move {
@@ -43,8 +49,14 @@ pub(crate) fn refresher<C: Credential>(
                 None => std::future::pending().await,
             }
         };
+        let follower = async move {
+            match follower {
+                Some(follower) => follower.await,
+                None => std::future::pending().await,
+            }
+        };
         until_closed(store, async {
-            tokio::join!(timer, watcher);
+            tokio::join!(timer, watcher, follower);
         })
         .await;
         // Ended with its store: the store is gone, and `early` tells no one.

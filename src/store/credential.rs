@@ -26,17 +26,22 @@ pub(crate) enum Kind {
     /// The certificates of the authorities a client trusts.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     CaBundle,
+    /// A kubeconfig file's context, with the credentials inline in it.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    Kubeconfig,
 }
 
 impl Kind {
     /// The default cap on what a source gives: 64 KiB for a token; 1 MiB for a client
     /// certificate (a chain with intermediates, and its key); 16 MiB for a CA bundle (a
-    /// system bundle is about 220 KB, a corporate one with intermediates passes 1 MB).
+    /// system bundle is about 220 KB, a corporate one with intermediates passes 1 MB); 16
+    /// MiB for a kubeconfig (it may hold such a bundle inline, in base64).
     pub(crate) fn default_max_size(self) -> usize {
         match self {
             Kind::Token => crate::token::DEFAULT_MAX_SIZE,
             Kind::ClientCertificate => 1024 * 1024,
             Kind::CaBundle => 16 * 1024 * 1024,
+            Kind::Kubeconfig => 16 * 1024 * 1024,
         }
     }
 }
@@ -47,6 +52,7 @@ impl fmt::Display for Kind {
             Kind::Token => "a token",
             Kind::ClientCertificate => "a client certificate",
             Kind::CaBundle => "a CA bundle",
+            Kind::Kubeconfig => "a kubeconfig",
         })
     }
 }

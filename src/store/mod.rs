@@ -261,6 +261,7 @@ impl<C: Credential> fmt::Debug for Store<C> {
             Kind::Token => "TokenStore",
             Kind::ClientCertificate => "IdentityStore",
             Kind::CaBundle => "RootStore",
+            Kind::Kubeconfig => "KubeconfigStore",
         };
         f.debug_struct(name)
             .field("source", &self.shared.origin)
@@ -463,6 +464,48 @@ impl<C: Credential> Store<C> {
     #[inline]
     pub(crate) fn count_kept_authorization(&self) {
         self.shared.telemetry.kept_authorization();
+    }
+}
+
+/// What a store that follows this one reads of it (the credentials of a kubeconfig follow
+/// the store of the file).
+impl<C: Credential> Store<C> {
+    /// A receiver that changes as each read of the source completes, whatever its result.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn reads_done(&self) -> ReadsDone {
+        ReadsDone(self.shared.done.subscribe())
+    }
+
+    /// The error of the last read, if it failed and was reported; `None` once a read
+    /// succeeds again.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn last_error(&self) -> Option<LoadError> {
+        lock(&self.shared.last_error).clone()
+    }
+
+    /// Whether the store learns of changes to its files as they happen.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn watch_state(&self) -> WatchState {
+        lock(&self.shared.watch_state).clone()
+    }
+
+    /// Sets what the store says of its watch (a follower says its leader's).
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) fn follow_watch_state(&self, state: WatchState) {
+        if *lock(&self.shared.watch_state) != state {
+            self.shared.set_watch_state(state);
+        }
+    }
+}
+
+/// The reads of a store, as they complete ([`Store::reads_done`]).
+pub(crate) struct ReadsDone(watch::Receiver<Done>);
+
+impl ReadsDone {
+    /// Waits for the next read to complete; `false` once the store is gone.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) async fn next(&mut self) -> bool {
+        self.0.changed().await.is_ok()
     }
 }
 

@@ -83,6 +83,7 @@ impl Telemetry {
                     Kind::Token => crate::metrics::TOKEN_DATES,
                     Kind::ClientCertificate => crate::metrics::CERTIFICATE_DATES,
                     Kind::CaBundle => crate::metrics::BUNDLE_DATES,
+                    Kind::Kubeconfig => crate::metrics::KUBECONFIG_DATES,
                 },
                 generation: token.generation(),
                 expires_at: token.expires_at(),

@@ -77,6 +77,8 @@ struct Shared {
     /// Connections served that have ended (closed by either side).
     closed: watch::Sender<u64>,
     refused_handshakes: AtomicU64,
+    /// The bearer tokens accepted, when the server checks them (`None`: it does not).
+    tokens: Mutex<Option<HashSet<String>>>,
     /// Every connection's task, to cut them.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// While true, new connections wait before their handshake.
@@ -158,6 +160,7 @@ impl MtlsServer {
             connections: AtomicU64::new(0),
             closed: watch::Sender::new(0),
             refused_handshakes: AtomicU64::new(0),
+            tokens: Mutex::new(None),
             tasks: Mutex::default(),
             held: watch::Sender::new(false),
         });
@@ -177,6 +180,13 @@ impl MtlsServer {
     /// `https://localhost:<port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    /// Accept only `tokens` as bearer tokens from now on, on every connection: a request
+    /// with another, or none, is answered 401 (and recorded as refused).
+    pub fn accept_tokens(&self, tokens: &[&str]) {
+        *self.shared.tokens.lock().unwrap() =
+            Some(tokens.iter().map(|t| format!("Bearer {t}")).collect());
     }
 
     /// Refuses the certificate with `fingerprint` from now on.
@@ -309,7 +319,17 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                         // The client went away mid-body: nothing arrived.
                         return Ok(Response::new(Full::new(Bytes::new())));
                     };
-                    let refused = shared.is_refused(&presented);
+                    let refused = shared.is_refused(&presented)
+                        || shared
+                            .tokens
+                            .lock()
+                            .unwrap()
+                            .as_ref()
+                            .is_some_and(|tokens| {
+                                authorization
+                                    .as_ref()
+                                    .is_none_or(|header| !tokens.contains(header))
+                            });
                     let hang = {
                         let mut arrivals = shared.arrivals.lock().unwrap();
                         let route = path.split('?').next().unwrap_or_default();

@@ -1,0 +1,157 @@
+//! A kubeconfig file as the source of a client's credentials
+//! ([`Credentials::from_kubeconfig`](super::Credentials::from_kubeconfig)): the file is one
+//! store, read once per change (watched like a token file, the timer as backstop), and each
+//! credential inline in it — the user's `token`, `client-certificate-data` with
+//! `client-key-data`, the cluster's `certificate-authority-data` — is a store that follows
+//! it ([`Part`]).
+//!
+//! A read installs the whole file or nothing: it parses, holds the context, every inline
+//! credential in use is valid, and what a client cannot change under itself is as when it
+//! was built ([`Shape`]: the context's server and every other setting of its cluster and
+//! user, which credentials are inline). Otherwise the read fails with an error naming the
+//! file and the problem, never a secret, and every credential stays as it was.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ::kube::config::KubeConfigOptions;
+
+use super::Error;
+use crate::source::{FetchContext, Fetched, FileSource, TokenSource};
+use crate::store::{LoadError, Store};
+
+mod part;
+mod read;
+mod snapshot;
+
+pub(super) use part::{Part, Which};
+use read::{Problem, Selection, absolute_paths, select};
+pub(super) use snapshot::Inline;
+use snapshot::{Shape, Snapshot, snapshot};
+
+/// The most kubeconfig parsed on the watcher's thread as a change comes; a larger file is
+/// read and parsed on the blocking pool, so that it never holds up the other stores.
+const ON_THE_SPOT_MAX: usize = 64 * 1024;
+
+/// The kubeconfig file, parsed into the chosen context's [`Snapshot`] at each read, held to
+/// the [`Shape`] the client was built for.
+pub(crate) struct KubeconfigSource {
+    file: FileSource,
+    path: PathBuf,
+    selection: Selection,
+    shape: Shape,
+}
+
+impl KubeconfigSource {
+    fn new(path: &Path, selection: Selection, shape: Shape) -> Self {
+        Self {
+            file: FileSource::new(path),
+            path: path.to_owned(),
+            selection,
+            shape,
+        }
+    }
+
+    /// Which of the context's credentials are inline, each a store that follows the file's.
+    pub(super) fn inline(&self) -> Inline {
+        self.shape.inline
+    }
+
+    /// `fetched` parsed, checked and held to the shape, as the store's read.
+    fn parse(&self, fetched: &Fetched, now: SystemTime) -> Result<Fetched, Error> {
+        let error = |source: Problem| Error::Kubeconfig {
+            path: self.path.clone(),
+            source: source.into(),
+        };
+        let (_, selected) = select(fetched.bytes(), &self.selection).map_err(error)?;
+        let snapshot = snapshot(&selected, now).map_err(error)?;
+        if let Some(change) = snapshot.shape.change_from(&self.shape) {
+            return Err(error(Problem::Changed(change)));
+        }
+        Ok(Fetched::new(Vec::new()).with_attached(Arc::new(snapshot)))
+    }
+}
+
+impl TokenSource for KubeconfigSource {
+    type Error = Error;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, Error> {
+        let fetched = self.file.fetch(cx).await.map_err(|e| Error::Kubeconfig {
+            path: self.path.clone(),
+            source: Problem::File(e).into(),
+        })?;
+        self.parse(&fetched, cx.now())
+    }
+
+    /// The file's read without blocking, parsed, for a file of up to [`ON_THE_SPOT_MAX`]
+    /// bytes; a larger one, or one that does not parse, is left to `fetch`, which reports
+    /// what is wrong.
+    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
+        let fetched = self.file.fetch_now(cx.capped(ON_THE_SPOT_MAX))?;
+        self.parse(&fetched, cx.now()).ok()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "kubeconfig {} (context {})",
+            self.path.display(),
+            self.shape.context
+        )
+    }
+
+    fn paths(&self) -> &[PathBuf] {
+        self.file.paths()
+    }
+
+    fn default_refresh_interval(&self) -> Option<Duration> {
+        self.file.default_refresh_interval()
+    }
+}
+
+/// The file at `path` read once: the kube `Config` of the chosen context, and what of it
+/// the file's store will follow.
+pub(super) async fn first_read(
+    path: &Path,
+    options: &KubeConfigOptions,
+) -> Result<(::kube::Config, Option<KubeconfigSource>), Error> {
+    let error = |source: Problem| Error::Kubeconfig {
+        path: path.to_owned(),
+        source: source.into(),
+    };
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|e| error(Problem::Read(e)))?;
+    let selection = Selection::from(options);
+    let (mut kubeconfig, selected) = select(&bytes, &selection).map_err(error)?;
+    // Checked now, so that a bad inline credential is this call's error.
+    let shape = snapshot(&selected, SystemTime::now()).map_err(error)?.shape;
+    absolute_paths(&mut kubeconfig, path);
+    let ca_file = super::ca_file(&kubeconfig, options);
+    let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, options)
+        .await
+        .map_err(|e| Error::Kube(e.into()))?;
+    if config.root_cert_file.is_none() {
+        config.root_cert_file = ca_file;
+    }
+    let inline = shape.inline;
+    if inline.token {
+        // The token store's header, not kube's auth layer's (closer to the wire, it would
+        // overwrite it).
+        config.auth_info.token = None;
+    }
+    let source = inline
+        .any()
+        .then(|| KubeconfigSource::new(path, selection, shape));
+    Ok((config, source))
+}
+
+/// Loads the store of the file read by `source`.
+pub(super) async fn load(source: KubeconfigSource) -> Result<Store<Snapshot>, LoadError> {
+    crate::StoreBuilder::of::<Snapshot>(source, |store| store)
+        .load()
+        .await
+}
+
+#[cfg(test)]
+mod tests;

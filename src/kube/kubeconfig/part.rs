@@ -1,0 +1,125 @@
+//! [`Part`]: one inline credential of a kubeconfig, as the source of its own store, taken
+//! out of what the store of the file holds.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::snapshot::Snapshot;
+use crate::source::{FetchContext, Fetched, TokenSource, Trigger};
+use crate::store::{LoadError, Store};
+
+/// Which credential of the file a [`Part`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Which {
+    Token,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Identity,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Roots,
+}
+
+impl Which {
+    fn name(self) -> &'static str {
+        match self {
+            Which::Token => "token",
+            Which::Identity => "client certificate",
+            Which::Roots => "CA bundle",
+        }
+    }
+}
+
+/// One inline credential of the file, as the source of its own store: taken out of what the
+/// file's store holds, which is read again when a server refuses the credential, when the
+/// user reloads, or at the credential's own dates; the store follows the file's store for
+/// the rest (see `refresh::follow`).
+pub(crate) struct Part {
+    file: Store<Snapshot>,
+    which: Which,
+    origin: String,
+}
+
+impl Part {
+    pub(crate) fn new(file: Store<Snapshot>, which: Which, origin: &str) -> Self {
+        Self {
+            file,
+            which,
+            origin: format!("{origin}: {}", which.name()),
+        }
+    }
+
+    /// The credential as the file's store holds it, or the error of its last read: a file
+    /// that cannot be used fails its parts' reads too, and each keeps its last good one.
+    fn take(&self) -> Result<Fetched, FileFailed> {
+        if let Some(error) = self.file.last_error() {
+            return Err(FileFailed(error));
+        }
+        let snapshot = self.file.current();
+        let bytes: Option<&[u8]> = match self.which {
+            Which::Token => snapshot.token.as_ref().map(|s| &*s.0),
+            Which::Identity => snapshot.identity.as_ref().map(|s| &*s.0),
+            Which::Roots => snapshot.roots.as_deref(),
+        };
+        // The shape holds which credentials are inline: a part is never missing.
+        let bytes = bytes.expect("the file's shape keeps its inline credentials");
+        Ok(Fetched::new(bytes.to_vec()))
+    }
+
+    /// Whether a fetch for `trigger` reads the file again first (else it takes what the
+    /// file's store read last).
+    pub(super) fn reads_file(trigger: Trigger) -> bool {
+        !matches!(trigger, Trigger::Load | Trigger::Watch)
+    }
+}
+
+impl TokenSource for Part {
+    type Error = FileFailed;
+
+    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, FileFailed> {
+        if Self::reads_file(cx.trigger()) {
+            self.file.reload().await.map_err(FileFailed)?;
+        }
+        self.take()
+    }
+
+    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
+        if Self::reads_file(cx.trigger()) {
+            return None;
+        }
+        self.take().ok()
+    }
+
+    fn describe(&self) -> String {
+        self.origin.clone()
+    }
+
+    /// None: the file's store reads the file, and this one follows it.
+    fn default_refresh_interval(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// The file's store's read failed: what it says of the file (its error names the file),
+/// without the store's own words again.
+#[derive(Debug)]
+pub(crate) struct FileFailed(LoadError);
+
+impl FileFailed {
+    fn cause(&self) -> &(dyn std::error::Error + 'static) {
+        match &self.0 {
+            LoadError::Fetch { error, .. } => &**error,
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for FileFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.cause(), f)
+    }
+}
+
+impl std::error::Error for FileFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause().source()
+    }
+}

@@ -1,0 +1,201 @@
+//! Reading a kubeconfig: its YAML parsed, the context chosen as kube's loader chooses it,
+//! its relative paths made absolute, and what makes one unusable ([`Problem`]).
+
+use std::fmt;
+use std::path::Path;
+
+use ::kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig};
+
+/// Which context, cluster and user of the file: kube's [`KubeConfigOptions`].
+#[derive(Debug, Clone, Default)]
+pub(super) struct Selection {
+    pub(super) context: Option<String>,
+    pub(super) cluster: Option<String>,
+    pub(super) user: Option<String>,
+}
+
+impl From<&KubeConfigOptions> for Selection {
+    fn from(options: &KubeConfigOptions) -> Self {
+        Self {
+            context: options.context.clone(),
+            cluster: options.cluster.clone(),
+            user: options.user.clone(),
+        }
+    }
+}
+
+/// Why a kubeconfig cannot be used: the `#[source]` of [`Error::Kubeconfig`]. Never holds
+/// a secret: a YAML error is reduced to where it is.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Problem {
+    #[error("cannot be read")]
+    Read(#[source] std::io::Error),
+    #[error("cannot be read")]
+    File(#[source] crate::source::FileError),
+    #[error("is not UTF-8")]
+    NotUtf8,
+    #[error("is empty")]
+    Empty,
+    #[error("does not parse as a kubeconfig{0}")]
+    Yaml(Location),
+    #[error("sets no current-context, and none was chosen")]
+    NoCurrentContext,
+    #[error("has no context {0:?}")]
+    NoContext(String),
+    #[error("has no cluster {0:?} (of context {1:?})")]
+    NoCluster(String, String),
+    #[error("{field} of {owner} is not base64")]
+    Base64 { field: &'static str, owner: String },
+    #[error("the token of user {user} is not a valid token")]
+    Token {
+        user: String,
+        #[source]
+        source: crate::token::TokenError,
+    },
+    #[cfg(feature = "tls")]
+    #[error("client-certificate-data and client-key-data of user {user} are not a client identity")]
+    Identity {
+        user: String,
+        #[source]
+        source: crate::tls::CertificateError,
+    },
+    #[cfg(feature = "tls")]
+    #[error("certificate-authority-data of cluster {cluster} is not a CA bundle")]
+    Roots {
+        cluster: String,
+        #[source]
+        source: crate::tls::CertificateError,
+    },
+    #[error(
+        "{0}, which a client built on the file cannot follow: the file's credentials stay as \
+         they were; build a new client"
+    )]
+    Changed(String),
+}
+
+/// Where in the file a YAML error is, if it says.
+#[derive(Debug)]
+pub(super) struct Location(Option<(usize, usize)>);
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some((line, column)) => write!(f, " (line {line}, column {column})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The chosen context of a kubeconfig, as the file held it at one read.
+#[derive(Clone)]
+pub(super) struct Selected {
+    pub(super) context: String,
+    pub(super) cluster_name: String,
+    pub(super) user_name: String,
+    pub(super) cluster: Cluster,
+    pub(super) user: AuthInfo,
+}
+
+/// The file's YAML parsed, and the chosen context in it, as kube's loader chooses it.
+pub(super) fn select(
+    bytes: &[u8],
+    selection: &Selection,
+) -> Result<(Kubeconfig, Selected), Problem> {
+    let text = std::str::from_utf8(bytes).map_err(|_| Problem::NotUtf8)?;
+    if text.trim().is_empty() {
+        return Err(Problem::Empty);
+    }
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| Problem::Yaml(location(&e)))?;
+    let context = selection
+        .context
+        .clone()
+        .or_else(|| kubeconfig.current_context.clone())
+        .ok_or(Problem::NoCurrentContext)?;
+    let named = kubeconfig
+        .contexts
+        .iter()
+        .find(|named| named.name == context)
+        .and_then(|named| named.context.clone())
+        .ok_or_else(|| Problem::NoContext(context.clone()))?;
+    let cluster_name = selection.cluster.clone().unwrap_or(named.cluster);
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster_name)
+        .and_then(|c| c.cluster.clone())
+        .ok_or_else(|| Problem::NoCluster(cluster_name.clone(), context.clone()))?;
+    // As kube and client-go: a missing user is no user.
+    let user_name = selection.user.clone().or(named.user).unwrap_or_default();
+    let user = kubeconfig
+        .auth_infos
+        .iter()
+        .find(|u| u.name == user_name)
+        .and_then(|u| u.auth_info.clone())
+        .unwrap_or_default();
+    let selected = Selected {
+        context,
+        cluster_name,
+        user_name,
+        cluster,
+        user,
+    };
+    Ok((kubeconfig, selected))
+}
+
+/// Where a YAML error is, from kube's error's words ("line L column C"), which never
+/// repeat the file's content here.
+fn location(error: &::kube::config::KubeconfigError) -> Location {
+    let text = error.to_string();
+    let number_after = |word: &str| {
+        let at = text.find(word)? + word.len();
+        let digits: String = text[at..]
+            .trim_start_matches([' ', ':'])
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    Location(number_after("line").zip(number_after("column")))
+}
+
+/// The relative paths of the file made absolute against its directory, as kube's
+/// `Kubeconfig::read_from` makes them.
+pub(super) fn absolute_paths(kubeconfig: &mut Kubeconfig, path: &Path) {
+    let Some(dir) = path.parent() else {
+        return;
+    };
+    let absolute = |file: &mut Option<String>| {
+        if let Some(name) = file.as_mut()
+            && Path::new(name).is_relative()
+            && let Some(joined) = dir.join(&*name).to_str()
+        {
+            *name = joined.to_owned();
+        }
+    };
+    for cluster in kubeconfig
+        .clusters
+        .iter_mut()
+        .filter_map(|c| c.cluster.as_mut())
+    {
+        absolute(&mut cluster.certificate_authority);
+    }
+    for user in kubeconfig
+        .auth_infos
+        .iter_mut()
+        .filter_map(|u| u.auth_info.as_mut())
+    {
+        absolute(&mut user.client_certificate);
+        absolute(&mut user.client_key);
+        absolute(&mut user.token_file);
+        if let Some(exec) = user.exec.as_mut() {
+            // A command with a separator, as kube: a bare name is looked up in PATH.
+            if exec
+                .command
+                .as_deref()
+                .is_some_and(|c| c.contains(std::path::MAIN_SEPARATOR))
+            {
+                absolute(&mut exec.command);
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! [`Snapshot`]: the chosen context's inline credentials in use, checked, as the store of
+//! the file holds them; and [`Shape`], what of the context a client holds to for its life.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use secrecy::ExposeSecret;
+use sha2::{Digest, Sha256};
+
+use super::read::{Problem, Selected};
+use crate::kube::{AuthInUse, auth_in_use};
+use crate::source::Fetched;
+use crate::store::{Credential, Kind, LoadError, Stamp};
+use crate::token::Token;
+
+/// Bytes that must never be shown: a token, a private key.
+#[derive(Clone)]
+pub(super) struct Secret(pub(super) Arc<[u8]>);
+
+/// Which of a context's credentials come from the file itself, each a store of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Inline {
+    /// The user's `token`, when kube would use it (no auth provider, username and password
+    /// before it).
+    pub(crate) token: bool,
+    /// The user's `client-certificate-data` and `client-key-data`, both (feature `tls`).
+    pub(crate) identity: bool,
+    /// The cluster's `certificate-authority-data` (feature `tls`), for a cluster reached
+    /// without a proxy and verified.
+    pub(crate) roots: bool,
+}
+
+impl Inline {
+    pub(crate) fn any(self) -> bool {
+        self.token || self.identity || self.roots
+    }
+
+    pub(super) fn of(selected: &Selected) -> Self {
+        let user = &selected.user;
+        let cluster = &selected.cluster;
+        let tls = cfg!(feature = "tls")
+            && cluster.proxy_url.is_none()
+            && cluster.insecure_skip_tls_verify != Some(true);
+        Self {
+            token: matches!(auth_in_use(user), AuthInUse::InlineToken),
+            identity: tls
+                && user.client_certificate_data.is_some()
+                && user.client_key_data.is_some(),
+            roots: tls && cluster.certificate_authority_data.is_some(),
+        }
+    }
+}
+
+/// What a client built on the file holds to for its life: the context, its server, a
+/// digest of every other setting of its cluster and user (the files and plugins they name,
+/// the inline credentials it does not follow), and which credentials are inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Shape {
+    pub(super) context: String,
+    cluster: String,
+    user: String,
+    server: Option<String>,
+    settings: [u8; 32],
+    pub(super) inline: Inline,
+}
+
+impl Shape {
+    pub(super) fn of(selected: &Selected) -> Self {
+        let inline = Inline::of(selected);
+        let mut cluster = selected.cluster.clone();
+        let mut user = selected.user.clone();
+        cluster.server = None;
+        if inline.roots {
+            cluster.certificate_authority_data = None;
+        }
+        if inline.token {
+            user.token = None;
+        }
+        if inline.identity {
+            user.client_certificate_data = None;
+            user.client_key_data = None;
+        }
+        let mut hash = Sha256::new();
+        for part in [
+            serde_json::to_vec(&cluster).unwrap_or_default(),
+            serde_json::to_vec(&user).unwrap_or_default(),
+        ] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part);
+        }
+        Self {
+            context: selected.context.clone(),
+            cluster: selected.cluster_name.clone(),
+            user: selected.user_name.clone(),
+            server: selected.cluster.server.clone(),
+            settings: hash.finalize().into(),
+            inline,
+        }
+    }
+
+    /// What of `self` is not as `first`, in words (no secret: names and the server).
+    pub(super) fn change_from(&self, first: &Shape) -> Option<String> {
+        if self == first {
+            return None;
+        }
+        let show = |s: &Option<String>| s.clone().unwrap_or_else(|| "(none)".to_owned());
+        Some(
+            if self.cluster != first.cluster || self.user != first.user {
+                format!(
+                    "context {:?} now names cluster {:?} and user {:?}, not {:?} and {:?}",
+                    self.context, self.cluster, self.user, first.cluster, first.user
+                )
+            } else if self.server != first.server {
+                format!(
+                    "the server of cluster {:?} changed from {} to {}",
+                    self.cluster,
+                    show(&first.server),
+                    show(&self.server)
+                )
+            } else if self.inline != first.inline {
+                format!(
+                    "which credentials of context {:?} are inline changed ({:?}, was {:?})",
+                    self.context, self.inline, first.inline
+                )
+            } else {
+                format!(
+                    "settings of cluster {:?} or user {:?} other than their inline credentials \
+                 changed (files, plugins, TLS or proxy settings, or an inline credential \
+                 this build does not follow)",
+                    self.cluster, self.user
+                )
+            },
+        )
+    }
+}
+
+/// The kubeconfig's context as the file's store holds it: the inline credentials in use,
+/// checked.
+#[derive(Clone)]
+pub(crate) struct Snapshot {
+    pub(super) shape: Shape,
+    pub(super) token: Option<Secret>,
+    pub(super) identity: Option<Secret>,
+    pub(super) roots: Option<Arc<[u8]>>,
+    /// Of every inline credential in use: the same for the same credentials.
+    digest: [u8; 32],
+    stamp: Stamp,
+}
+
+impl fmt::Display for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "kubeconfig context {:?} ({}",
+            self.shape.context,
+            self.shape.server.as_deref().unwrap_or("no server")
+        )?;
+        let digest: String = self.digest[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        write!(f, ", credentials {digest})")
+    }
+}
+
+impl Credential for Snapshot {
+    const KIND: Kind = Kind::Kubeconfig;
+
+    /// What the [`KubeconfigSource`] parsed the read into.
+    fn from_fetched(
+        mut fetched: Fetched,
+        origin: &Arc<str>,
+        _max_size: usize,
+    ) -> Result<Self, LoadError> {
+        fetched
+            .take_attached()
+            .and_then(|parsed| parsed.downcast::<Snapshot>().ok())
+            .map(Arc::unwrap_or_clone)
+            .ok_or_else(|| LoadError::Fetch {
+                origin: origin.clone(),
+                error: Arc::new(std::io::Error::other(
+                    "the source gave no parsed kubeconfig",
+                )),
+            })
+    }
+
+    fn stamp(&self) -> &Stamp {
+        &self.stamp
+    }
+
+    fn stamped(mut self, stamp: Stamp) -> Self {
+        self.stamp = stamp;
+        self
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+
+    fn subject(&self) -> Option<&str> {
+        None
+    }
+
+    fn fingerprint(&self) -> String {
+        self.digest[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn logged(&self) -> impl fmt::Display + '_ {
+        self
+    }
+
+    fn seed(&self) -> u64 {
+        u64::from_be_bytes(self.digest[..8].try_into().expect("8 bytes"))
+    }
+
+    fn own_expiry(&self) -> Option<SystemTime> {
+        None
+    }
+}
+
+/// The inline credentials of `selected` that are in use, each checked.
+pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot, Problem> {
+    let shape = Shape::of(selected);
+    let user = &selected.user;
+    let user_name = || selected.user_name.clone();
+    let decode = |data: &str, field: &'static str, owner: String| {
+        STANDARD
+            .decode(data.trim())
+            .map_err(|_| Problem::Base64 { field, owner })
+    };
+    let token = match &user.token {
+        Some(token) if shape.inline.token => {
+            let bytes = token.expose_secret().as_bytes();
+            Token::parse(bytes).map_err(|source| Problem::Token {
+                user: user_name(),
+                source,
+            })?;
+            Some(Secret(bytes.into()))
+        }
+        _ => None,
+    };
+    let identity = match (&user.client_certificate_data, &user.client_key_data) {
+        (Some(cert), Some(key)) if shape.inline.identity => {
+            let mut pem = decode(
+                cert,
+                "client-certificate-data",
+                format!("user {}", user_name()),
+            )?;
+            pem.push(b'\n');
+            pem.extend(decode(
+                key.expose_secret(),
+                "client-key-data",
+                format!("user {}", user_name()),
+            )?);
+            #[cfg(feature = "tls")]
+            crate::tls::check_identity(&pem, now).map_err(|source| Problem::Identity {
+                user: user_name(),
+                source,
+            })?;
+            Some(Secret(pem.into()))
+        }
+        _ => None,
+    };
+    let roots = match &selected.cluster.certificate_authority_data {
+        Some(data) if shape.inline.roots => {
+            let pem = decode(
+                data,
+                "certificate-authority-data",
+                format!("cluster {}", selected.cluster_name),
+            )?;
+            #[cfg(feature = "tls")]
+            crate::tls::check_roots(&pem, now).map_err(|source| Problem::Roots {
+                cluster: selected.cluster_name.clone(),
+                source,
+            })?;
+            Some(Arc::from(pem))
+        }
+        _ => None,
+    };
+    #[cfg(not(feature = "tls"))]
+    let _ = now;
+    let mut hash = Sha256::new();
+    for part in [
+        token.as_ref().map(|s| &*s.0),
+        identity.as_ref().map(|s| &*s.0),
+        roots.as_deref(),
+    ] {
+        let part = part.unwrap_or_default();
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    Ok(Snapshot {
+        shape,
+        token,
+        identity,
+        roots,
+        digest: hash.finalize().into(),
+        stamp: Stamp::default(),
+    })
+}
