@@ -13,9 +13,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use super::{Credential, OnFailure, Recency, Store, WatchState, WeakStore, word};
+use super::credential::Credential;
+use super::flight::{OnFailure, Recency};
+use super::shared::Shared;
+use super::status::WatchState;
+use super::weak::WeakStore;
 use crate::source::Trigger;
 use crate::sync::lock;
 
@@ -27,34 +30,35 @@ pub(crate) type Start<C> =
 const STOPPED: &str = "the store's refresher stopped while the store lives (its tokio \
                        runtime shut down, or its future was dropped)";
 
-impl<C: Credential> Store<C> {
+impl<C: Credential> Shared<C> {
     /// Makes `start` the way to start the store's refresher again (a store whose refresher
     /// the crate spawned).
-    pub(crate) fn restart_with(&self, start: Start<C>) {
-        let _ = self.shared.restart.set(start);
+    pub(super) fn restart_with(&self, start: Start<C>) {
+        let _ = self
+            .restart
+            .set(Box::new(move |shared| start(WeakStore::new(shared))));
     }
 
     /// Starts the refresher again on the current runtime, if it stopped, the store knows
     /// how, and the caller is in a runtime. One caller wins; the others find the flag
     /// cleared.
     #[cold]
-    pub(crate) fn revive(&self) {
-        let s = &self.shared;
-        let Some(start) = s.restart.get() else {
+    pub(super) fn revive(self: &Arc<Self>) {
+        let Some(start) = self.restart.get() else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if s.word.fetch_and(!word::STOPPED, Ordering::AcqRel) & word::STOPPED == 0 {
+        if !self.current.resume() {
             return;
         }
-        *lock(&s.runtime) = runtime.clone();
-        s.set_watch_state(WatchState::Off);
+        *lock(&self.runtime) = runtime.clone();
+        self.set_watch_state(WatchState::Off);
         // Built here, on this thread: a watcher subscribes (and reports itself) at once.
         // Then one read, for what changed while nothing watched, before the refresher runs.
-        let refresher = start(self.downgrade());
-        let weak = self.downgrade();
+        let refresher = start(Arc::downgrade(self));
+        let weak = WeakStore::new(Arc::downgrade(self));
         runtime.spawn(async move {
             let _ = weak
                 .reload(Trigger::Timer, Recency::AfterNow, OnFailure::Report)
@@ -62,7 +66,7 @@ impl<C: Credential> Store<C> {
             refresher.await;
         });
         tracing::info!(
-            source = %s.origin,
+            source = %self.origin,
             "the store's refresher started again on the current runtime"
         );
     }
@@ -72,16 +76,15 @@ impl<C: Credential> WeakStore<C> {
     /// The refresher was dropped before the store: report it, and let the next use start
     /// it again (see the module docs).
     pub(crate) fn refresher_stopped(&self) {
-        let Some(store) = self.upgrade() else {
+        let Some(s) = self.shared() else {
             return;
         };
-        let s = &store.shared;
         s.set_watch_state(WatchState::Stopped {
             reason: STOPPED.to_owned(),
         });
         let restarts = s.restart.get().is_some();
         if restarts {
-            s.word.fetch_or(word::STOPPED, Ordering::AcqRel);
+            s.current.stop();
         }
         tracing::warn!(
             source = %s.origin,
@@ -92,12 +95,5 @@ impl<C: Credential> WeakStore<C> {
                 "its refresher came from `StoreBuilder::pair`, so nothing starts it again"
             }
         );
-    }
-}
-
-impl<C: Credential> super::Shared<C> {
-    pub(super) fn set_watch_state(&self, state: WatchState) {
-        self.telemetry.watch_state(&state);
-        *lock(&self.watch_state) = state;
     }
 }

@@ -2,7 +2,7 @@
 //! what each kind says of itself: how a read becomes one, when it goes stale, how logs,
 //! `status()` and the metrics show it.
 //!
-//! The store is one type, generic over its credential ([`Shared`](super::Shared)): the
+//! The store is one type, generic over its credential ([`Shared`](super::shared::Shared)): the
 //! watcher, the timer, single flight, keep-last-good, the refusal reloads and the metrics
 //! are the same code for the three, and each kind brings only what is its own.
 
@@ -10,10 +10,22 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::LoadError;
+use super::error::LoadError;
 use crate::source::Fetched;
 pub(crate) use crate::token::Stamp;
 use crate::token::{Freshness, Token};
+
+/// Logs one event of a store: with message `$token` for a token store, and for a store of
+/// another credential with `$other` and the credential named.
+macro_rules! event {
+    ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
+        match $credential {
+            $crate::store::credential::Kind::Token => tracing::$level!($($fields)* $token),
+            other => tracing::$level!(credential = %other, $($fields)* $other),
+        }
+    };
+}
+pub(super) use event;
 
 /// What a store holds, as its logs and metrics name it, and its default size cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,7 +69,7 @@ impl fmt::Display for Kind {
     }
 }
 
-/// What a store holds. Implemented by [`Token`](crate::Token) and (feature `tls`) by a
+/// What a store holds. Implemented by [`Token`] and (feature `tls`) by a
 /// client identity and a CA bundle.
 pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     /// What it is.

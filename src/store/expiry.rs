@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use tracing::field::display;
 
-use super::Credential;
+use super::credential::Credential;
 use crate::clock::Rfc3339;
 use crate::token::Freshness;
 

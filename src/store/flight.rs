@@ -8,14 +8,19 @@
 //! when it needs a read that starts after its trigger, queues the next one: at most one
 //! read runs and at most one waits, however many callers ask.
 //!
-//! The task holds only a weak reference to the store and the source, so it never keeps
-//! a dropped store alive; the store aborts it when dropped.
+//! This file keeps the books ([`Flight`]: which read answers whom, what is queued, what
+//! is done) and knows nothing of the store; `reload.rs` runs the reads it numbers. The
+//! task holds only a weak reference to the store and the source, so it never keeps a
+//! dropped store alive; the store aborts it when dropped.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use super::{Config, Credential, LoadError, Reloaded, Shared};
+use super::error::LoadError;
+use super::status::Reloaded;
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
 
@@ -63,62 +68,85 @@ impl Ask {
     }
 }
 
+/// A store's single flight: the reads asked for, started and queued, and the last one
+/// done, published to the callers waiting for it.
+pub(super) struct Flight {
+    reads: Mutex<Reads>,
+    done: watch::Sender<Done>,
+}
+
 /// The reads asked for, started and queued.
 #[derive(Default)]
-pub(crate) struct Flight {
+pub(super) struct Reads {
     /// The number of the last read started; the first read, at load, is 1.
-    pub(crate) started: u64,
+    started: u64,
     /// The read running now, who asked for it, and its task (none for a read made on the
-    /// caller's thread: [`Shared::read_now`]).
+    /// caller's thread: [`Flight::begin_now`]).
     running: Option<(Ask, Option<AbortHandle>)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
 }
 
-impl Flight {
-    pub(crate) fn new() -> Self {
-        Self {
-            started: 1,
-            ..Self::default()
-        }
-    }
-
-    /// The number of a read that answers a caller asking now with `recency`.
-    pub(crate) fn wanted(&self, recency: Recency) -> u64 {
-        match (recency, &self.running) {
-            (Recency::InFlight, Some(_)) => self.started,
-            _ => self.started + 1,
-        }
-    }
-
-    /// Aborts the running read (the store is being dropped).
-    pub(crate) fn abort(&mut self) {
-        if let Some((_, Some(task))) = self.running.take() {
-            task.abort();
-        }
-    }
-}
-
 /// The last read done, published to the callers waiting for it.
 #[derive(Clone, Default)]
-pub(crate) struct Done {
-    pub(crate) read: u64,
+pub(super) struct Done {
+    read: u64,
     /// `None` before the first reload (the load's result is not kept).
-    pub(crate) result: Option<Result<Reloaded, LoadError>>,
+    result: Option<Result<Reloaded, LoadError>>,
 }
 
 /// How a caller's request for a read is answered.
-pub(crate) enum Ticket {
+pub(super) enum Ticket {
     /// By a read already done.
     Answered(Result<Reloaded, LoadError>),
     /// By read number `n`, running or queued.
     Wait(u64),
 }
 
-impl<C: Credential> Shared<C> {
-    /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
-    pub(crate) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
-        let mut guard = lock(&self.flight);
+impl Flight {
+    /// The flight of a store just loaded: read 1 (the load) done.
+    pub(super) fn new() -> Self {
+        Self {
+            reads: Mutex::new(Reads {
+                started: 1,
+                ..Reads::default()
+            }),
+            done: watch::Sender::new(Done {
+                read: 1,
+                result: None,
+            }),
+        }
+    }
+
+    /// The number of the last read started.
+    pub(super) fn started(&self) -> u64 {
+        lock(&self.reads).started
+    }
+
+    /// The number of a read that answers a caller asking now with `recency`.
+    pub(super) fn wanted(&self, recency: Recency) -> u64 {
+        let reads = lock(&self.reads);
+        match (recency, &reads.running) {
+            (Recency::InFlight, Some(_)) => reads.started,
+            _ => reads.started + 1,
+        }
+    }
+
+    /// A receiver of the reads done, for [`wait`].
+    pub(super) fn subscribe(&self) -> watch::Receiver<Done> {
+        self.done.subscribe()
+    }
+
+    /// Asks for read number `wanted` or a later one, joining or queueing it as needed, or
+    /// starting it with `start` (called with the lock held: the read's number and who
+    /// asked for it).
+    pub(super) fn ask(
+        &self,
+        wanted: u64,
+        ask: Ask,
+        start: impl FnOnce(u64, Trigger) -> AbortHandle,
+    ) -> Ticket {
+        let mut guard = lock(&self.reads);
         let flight = &mut *guard;
         if let Some((running, _)) = &mut flight.running {
             if flight.started >= wanted {
@@ -137,113 +165,120 @@ impl<C: Credential> Shared<C> {
         drop(done);
         flight.started += 1;
         let n = flight.started;
-        flight.running = Some((ask, Some(self.spawn_read(n, ask.trigger))));
+        flight.running = Some((ask, Some(start(n, ask.trigger))));
         Ticket::Wait(n)
     }
 
-    /// Starts the task that runs read `n`, and any queued after it.
-    fn spawn_read(self: &Arc<Self>, n: u64, trigger: Trigger) -> AbortHandle {
-        // The caller's runtime, which is being driven right now; the store's own (where
-        // it was built) when called from outside any runtime (the watcher's thread).
-        let runtime =
-            tokio::runtime::Handle::try_current().unwrap_or_else(|_| lock(&self.runtime).clone());
-        runtime
-            .spawn(read_loop(
-                Arc::downgrade(self),
-                self.source.clone(),
-                n,
-                trigger,
-            ))
-            .abort_handle()
+    /// The number of the last read started, if none runs: a read on the caller's thread
+    /// may begin (see [`begin_now`](Self::begin_now)).
+    pub(super) fn idle(&self) -> Option<u64> {
+        let reads = lock(&self.reads);
+        reads.running.is_none().then_some(reads.started)
     }
 
-    /// Reads the source on the calling thread (the watcher's, for an event) when it can
-    /// without blocking ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)) and no read is in flight, and installs
-    /// the result as a read of the store's own would. Returns whether the source's token
-    /// is now the store's (installed, or unchanged): `false` when nothing was read, or the
-    /// read failed (quietly: the caller's usual read follows, with its retries).
-    pub(crate) fn read_now(self: &Arc<Self>, trigger: Trigger) -> bool {
-        let before = {
-            let flight = lock(&self.flight);
-            if flight.running.is_some() {
-                return false;
-            }
-            flight.started
-        };
-        let cx = FetchContext::new(trigger, self.config.max_size).on(self.config.clock);
-        let Some(fetched) = self.source.fetch_now_dyn(cx) else {
-            return false;
-        };
-        let n = {
-            let mut flight = lock(&self.flight);
-            // A read that started meanwhile may have read an older file: ours would be
-            // the later one, but a single flight never installs two reads at once.
-            if flight.running.is_some() || flight.started != before {
-                return false;
-            }
-            flight.started += 1;
-            let report = OnFailure::Quiet;
-            flight.running = Some((Ask { trigger, report }, None));
-            flight.started
-        };
-        let (installed, next) = self.finish(n, trigger, Ok(fetched));
-        if let Some((next, trigger)) = next {
-            let task = self.spawn_read(next, trigger);
-            if let Some((_, handle)) = &mut lock(&self.flight).running {
-                *handle = Some(task);
-            }
+    /// Numbers a read made on the caller's thread, asked by `trigger` and quiet on
+    /// failure, unless a read started since [`idle`](Self::idle) said `before`.
+    pub(super) fn begin_now(&self, before: u64, trigger: Trigger) -> Option<u64> {
+        let mut flight = lock(&self.reads);
+        // A read that started meanwhile may have read an older file: ours would be
+        // the later one, but a single flight never installs two reads at once.
+        if flight.running.is_some() || flight.started != before {
+            return None;
         }
-        installed
+        flight.started += 1;
+        let report = OnFailure::Quiet;
+        flight.running = Some((Ask { trigger, report }, None));
+        Some(flight.started)
     }
 
-    /// Ends read `n` with `result`: reports a failure if a caller asked for that,
-    /// publishes the result, and says whether it installed the token (or found it
-    /// unchanged) and which read to start next, if one was queued.
-    fn finish(
-        &self,
-        n: u64,
-        trigger: Trigger,
-        fetched: Result<Fetched, LoadError>,
-    ) -> (bool, Option<(u64, Trigger)>) {
-        super::Counters::bump(&self.counters.reads);
-        let result = fetched.and_then(|f| self.install(f, trigger));
-        self.telemetry.reload(trigger, &result);
-        let mut flight = lock(&self.flight);
-        let report = flight.running.as_ref().map(|(a, _)| a.report);
-        if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
-            self.report_failure(error, trigger);
+    /// Hands the running read (started on the caller's thread, now followed by a queued
+    /// one) its task.
+    pub(super) fn attach(&self, task: AbortHandle) {
+        if let Some((_, handle)) = &mut lock(&self.reads).running {
+            *handle = Some(task);
         }
-        let installed = result.is_ok();
+    }
+
+    /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
+    pub(super) fn lock(&self) -> MutexGuard<'_, Reads> {
+        lock(&self.reads)
+    }
+
+    /// Publishes read `n`'s result to the callers waiting for it.
+    pub(super) fn publish(&self, n: u64, result: Result<Reloaded, LoadError>) {
         self.done.send_replace(Done {
             read: n,
             result: Some(result),
         });
-        self.check_expiry();
-        let next = match flight.queued.take() {
-            Some(next) => {
-                flight.started += 1;
-                if let Some((ask, _)) = &mut flight.running {
-                    *ask = next;
-                }
-                Some((flight.started, next.trigger))
-            }
-            None => {
-                flight.running = None;
-                None
-            }
-        };
-        (installed, next)
+    }
+
+    /// Aborts the running read (the store is being dropped).
+    pub(super) fn abort(&mut self) {
+        let reads = self.reads.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, Some(task))) = reads.running.take() {
+            task.abort();
+        }
     }
 }
 
-/// Fetches with a time limit, and wraps the source's error with its origin.
-pub(crate) async fn fetch(
+impl Reads {
+    /// Whether the running read's failure is reported, as its callers asked.
+    pub(super) fn report(&self) -> Option<OnFailure> {
+        self.running.as_ref().map(|(a, _)| a.report)
+    }
+
+    /// Ends the running read: the read queued meanwhile, now running (its number and
+    /// trigger), if any.
+    pub(super) fn next(&mut self) -> Option<(u64, Trigger)> {
+        match self.queued.take() {
+            Some(next) => {
+                self.started += 1;
+                if let Some((ask, _)) = &mut self.running {
+                    *ask = next;
+                }
+                Some((self.started, next.trigger))
+            }
+            None => {
+                self.running = None;
+                None
+            }
+        }
+    }
+
+    /// Ends the running read, and the one queued after it, which cannot run either (the
+    /// read task is gone): the number to publish their failure under, after which the
+    /// next caller starts anew.
+    pub(super) fn abandon(&mut self) -> u64 {
+        if self.queued.take().is_some() {
+            self.started += 1;
+        }
+        self.running = None;
+        self.started
+    }
+}
+
+/// Waits until the read a ticket names is done; `None` when the store was dropped first.
+pub(super) async fn wait(
+    mut done: watch::Receiver<Done>,
+    ticket: Ticket,
+) -> Option<Result<Reloaded, LoadError>> {
+    match ticket {
+        Ticket::Answered(result) => Some(result),
+        Ticket::Wait(n) => {
+            let done = done.wait_for(|d| d.read >= n).await.ok()?;
+            done.result.clone()
+        }
+    }
+}
+
+/// Fetches with time limit `timeout`, and wraps the source's error with its origin.
+pub(super) async fn fetch(
     source: &dyn DynSource,
     origin: &Arc<str>,
-    config: &Config,
+    timeout: Duration,
     cx: FetchContext,
 ) -> Result<Fetched, LoadError> {
-    match tokio::time::timeout(config.fetch_timeout, source.fetch_dyn(cx)).await {
+    match tokio::time::timeout(timeout, source.fetch_dyn(cx)).await {
         Ok(Ok(fetched)) => Ok(fetched),
         Ok(Err(error)) => Err(LoadError::Fetch {
             origin: origin.clone(),
@@ -251,84 +286,8 @@ pub(crate) async fn fetch(
         }),
         Err(_) => Err(LoadError::Timeout {
             origin: origin.clone(),
-            after: config.fetch_timeout,
+            after: timeout,
         }),
-    }
-}
-
-/// The read task: read `n`, then any read queued meanwhile, until none is.
-async fn read_loop<C: Credential>(
-    store: Weak<Shared<C>>,
-    source: Arc<dyn DynSource>,
-    mut n: u64,
-    mut trigger: Trigger,
-) {
-    let Some((origin, config)) = store
-        .upgrade()
-        .map(|s| (s.origin.clone(), s.config.clone()))
-    else {
-        return;
-    };
-    let mut unfinished = Unfinished {
-        store: store.clone(),
-        origin: origin.clone(),
-        read: n,
-        trigger,
-    };
-    loop {
-        let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
-        let fetched = fetch(&*source, &origin, &config, cx).await;
-        let Some(shared) = store.upgrade() else {
-            return;
-        };
-        match shared.finish(n, trigger, fetched).1 {
-            Some(next) => (n, trigger) = next,
-            None => {
-                unfinished.read = 0;
-                return;
-            }
-        }
-        (unfinished.read, unfinished.trigger) = (n, trigger);
-    }
-}
-
-/// Ends the read in flight with an error if the read task is dropped before it finishes
-/// (its runtime shut down), so that no caller waits for it forever and the next caller
-/// starts a new read.
-struct Unfinished<C: Credential> {
-    store: Weak<Shared<C>>,
-    origin: Arc<str>,
-    /// The read in flight; 0 once the task ended normally.
-    read: u64,
-    trigger: Trigger,
-}
-
-impl<C: Credential> Drop for Unfinished<C> {
-    fn drop(&mut self) {
-        if self.read == 0 {
-            return;
-        }
-        let Some(shared) = self.store.upgrade() else {
-            return;
-        };
-        let error = LoadError::Fetch {
-            origin: self.origin.clone(),
-            error: Arc::new(std::io::Error::other(
-                "the read was dropped unfinished: the tokio runtime running it shut down",
-            )),
-        };
-        shared.report_failure(&error, self.trigger);
-        let mut flight = lock(&shared.flight);
-        // The queued read cannot run either: it ends with the same error, and the next
-        // caller starts anew.
-        if flight.queued.take().is_some() {
-            flight.started += 1;
-        }
-        flight.running = None;
-        shared.done.send_replace(Done {
-            read: flight.started,
-            result: Some(Err(error)),
-        });
     }
 }
 
@@ -336,11 +295,21 @@ impl<C: Credential> Drop for Unfinished<C> {
 impl Flight {
     /// Marks a read as running, or none, as the read task does (tests of what waits).
     #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    pub(crate) fn pretend_running(&mut self, running: bool) {
+    pub(super) fn pretend_running(&self, running: bool) {
         let ask = Ask {
             trigger: Trigger::Call,
             report: OnFailure::Quiet,
         };
-        self.running = running.then_some((ask, None));
+        lock(&self.reads).running = running.then_some((ask, None));
+    }
+
+    /// The number of the last read done (tests).
+    pub(super) fn done(&self) -> u64 {
+        self.done.borrow().read
+    }
+
+    /// How many callers wait for reads (tests).
+    pub(super) fn waiting(&self) -> usize {
+        self.done.receiver_count()
     }
 }

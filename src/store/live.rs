@@ -8,15 +8,17 @@
 //! future holds"). The table holds only weak references, and a store leaves it when dropped: it
 //! keeps nothing alive and hands a store to no one but the requests it authorized.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use super::{Shared, Store};
 use crate::sync::lock;
-use crate::token::Token;
 
-static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<Shared<Token>>>>> = LazyLock::new(Mutex::default);
+/// Each store's state by number, as `Any`: the table knows nothing of a store, which
+/// holds its number and is found by it.
+static LIVE: LazyLock<Mutex<HashMap<StoreId, Weak<dyn Any + Send + Sync>>>> =
+    LazyLock::new(Mutex::default);
 
 /// A store's number, unique for the life of the process: `Copy`, and free to hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,9 +31,11 @@ impl StoreId {
         StoreId(NEXT.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Registers `shared` under its number.
-    pub(super) fn register(shared: &Arc<Shared<Token>>) {
-        lock(&LIVE).insert(shared.id, Arc::downgrade(shared));
+    /// Registers `shared` under number `self`.
+    pub(super) fn register<T: Any + Send + Sync>(self, shared: &Arc<T>) {
+        let weak: Weak<T> = Arc::downgrade(shared);
+        let weak: Weak<dyn Any + Send + Sync> = weak;
+        lock(&LIVE).insert(self, weak);
     }
 
     /// Forgets the store numbered `self` (it is being dropped).
@@ -39,33 +43,17 @@ impl StoreId {
         lock(&LIVE).remove(&self);
     }
 
-    /// The store, if it is still alive.
-    pub(crate) fn store(self) -> Option<Store<Token>> {
+    /// What was registered under number `self`, if it is still alive and a `T`.
+    pub(super) fn find<T: Any + Send + Sync>(self) -> Option<Arc<T>> {
         let shared = lock(&LIVE).get(&self)?.upgrade()?;
-        Some(Store { shared })
+        shared.downcast().ok()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_store_leaves_the_table_when_its_last_handle_goes() {
-        let store = crate::test_support::loader("live", || async {
-            Ok::<_, std::io::Error>(b"t".to_vec())
-        })
-        .no_watch()
-        .no_periodic_refresh()
-        .load()
-        .await
-        .unwrap();
-        let id = store.0.shared.id;
-        let clone = id.store().expect("found while alive");
-        assert!(Arc::ptr_eq(&clone.shared, &store.0.shared));
-        drop((store, clone));
-        assert!(id.store().is_none());
-        // Not a dead entry kept for the life of the process: the table holds live stores.
-        assert!(!lock(&LIVE).contains_key(&id));
+impl StoreId {
+    /// Whether the table holds an entry under number `self`, dead or alive (tests).
+    pub(super) fn is_registered(self) -> bool {
+        lock(&LIVE).contains_key(&self)
     }
 }

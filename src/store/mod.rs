@@ -13,6 +13,18 @@
 //! started by the [builder](crate::StoreBuilder) and hold a weak reference: they stop
 //! when the last `TokenStore` clone is dropped.
 //!
+//! The files of this module use only files before them in this order. Leaves: `error`
+//! ([`LoadError`]), `credential` (what each kind of credential says of itself, and the
+//! `event!` log line), `status` ([`Status`] and the counters), `expiry` (warnings of a
+//! stalled rotator), `telemetry` (metrics), `live` (store numbers). Then the parts, each
+//! owning its piece of the state: `install` (the credential in use, its generation word,
+//! and replacing it), `flight` (the single flight's books: which read answers whom),
+//! `refused` (the rate limit of refusal reads). `shared` holds them all in `Shared` with
+//! the store's options; after it come the files that act on it: `reload` (the read task,
+//! and the end of each read), `weak` (the weak handle of background work), `background`
+//! (restarting a refresher that stopped). Last, this file: the handles ([`TokenStore`],
+//! `Store`), their refusal reloads, and the re-exports.
+//!
 //! [`ArcSwap`]: https://docs.rs/arc-swap/1/arc_swap/type.ArcSwap.html
 //!
 //! ```
@@ -45,14 +57,11 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use crate::clock::Clock;
 use crate::source::{DynSource, FetchContext, Trigger};
 use crate::sync::lock;
 use crate::token::Token;
@@ -65,11 +74,14 @@ mod flight;
 mod install;
 mod live;
 mod refused;
+mod reload;
+mod shared;
 mod status;
 mod telemetry;
 mod weak;
 
 pub(crate) use credential::{Credential, Kind, Stamp};
+#[cfg(test)]
 pub(crate) use error::Chain;
 pub use error::LoadError;
 pub use status::{Status, WatchState};
@@ -77,98 +89,16 @@ pub use status::{Status, WatchState};
 pub(crate) use background::Start;
 pub(crate) use flight::{OnFailure, Recency};
 pub(crate) use live::StoreId;
+pub(crate) use refused::Certainty;
+pub(crate) use shared::Config;
 pub(crate) use status::RetryOutcome;
 pub(crate) use weak::WeakStore;
 
-use expiry::ExpiryWarnings;
-use flight::{Done, Flight, Ticket};
-use install::credential_of;
-pub(crate) use refused::Certainty;
-use refused::RefusalReads;
-use status::Counters;
-use telemetry::Telemetry;
-
-/// The store's word: the current generation, and a flag that sends every request through
-/// the layer's slow path while it is set.
-///
-/// A request's one atomic load compares the word with its cached token's generation: equal
-/// means "the cached token is current and nothing needs the layer's attention".
-mod word {
-    /// The store's refresher stopped while the store lives (its runtime shut down): the
-    /// next request (or `reload`) from a live runtime starts it again.
-    pub(super) const STOPPED: u64 = 1 << 63;
-    /// The generation's bits.
-    pub(super) const GENERATION: u64 = STOPPED - 1;
-}
-
-/// Logs one event of a store: with message `$token` for a token store, and for a store of
-/// another credential with `$other` and the credential named.
-macro_rules! event {
-    ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
-        match $credential {
-            $crate::store::Kind::Token => tracing::$level!($($fields)* $token),
-            other => tracing::$level!(credential = %other, $($fields)* $other),
-        }
-    };
-}
-use event;
-
-/// What the store needs to know of its options.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    /// The `source` label of the store's metrics; its source's description when `None`.
-    pub(crate) name: Option<String>,
-    pub(crate) max_size: usize,
-    pub(crate) fetch_timeout: Duration,
-    pub(crate) unauthorized_interval: Duration,
-    pub(crate) clock: Clock,
-}
-
-/// What a successful read did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reloaded {
-    /// The source holds the same token as before; the generation is unchanged.
-    Unchanged,
-    /// A new token was installed.
-    Rotated,
-}
-
-/// A store of `C`: what every handle of it shares.
-pub(crate) struct Shared<C: Credential> {
-    /// This store's number in the table of live stores.
-    id: StoreId,
-    current: ArcSwap<C>,
-    /// The generation of `current` and the flags of [`word`], written after `current`.
-    word: AtomicU64,
-    source: Arc<dyn DynSource>,
-    origin: Arc<str>,
-    config: Config,
-    /// Where the store's reads run when the caller is outside any runtime: the runtime it
-    /// was built in, or the one that last restarted its refresher.
-    runtime: Mutex<tokio::runtime::Handle>,
-    flight: Mutex<Flight>,
-    done: watch::Sender<Done>,
-    generations: watch::Sender<u64>,
-    counters: Counters,
-    last_error: Mutex<Option<LoadError>>,
-    last_refusal_reads: Mutex<RefusalReads>,
-    watch_state: Mutex<WatchState>,
-    expiry: ExpiryWarnings,
-    telemetry: Telemetry,
-    /// How to start the refresher again when it stops while the store lives; unset for a
-    /// store whose refresher the caller runs ([`StoreBuilder::pair`](crate::StoreBuilder::pair)).
-    restart: OnceLock<Start<C>>,
-}
-
-impl<C: Credential> Drop for Shared<C> {
-    fn drop(&mut self) {
-        self.flight
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .abort();
-        self.id.forget();
-    }
-}
+use credential::event;
+use flight::{Ask, Ticket, fetch, wait};
+use install::{credential_of, word};
+use shared::Shared;
+use status::{Counters, Reloaded};
 
 /// The current token of one source, shared by every request: cheap to clone, lock-free to
 /// read.
@@ -194,7 +124,7 @@ impl TokenStore {
     /// The handle of a token store just loaded: it joins the table of live stores, where
     /// the plain layer's response future finds it after a refusal.
     pub(crate) fn new(store: Store<Token>) -> Self {
-        StoreId::register(&store.shared);
+        store.shared.id.register(&store.shared);
         TokenStore(store)
     }
 
@@ -283,8 +213,8 @@ impl<C: Credential> Store<C> {
     ) -> Result<Self, LoadError> {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
-        let fetched = flight::fetch(&*source, &origin, &config, cx).await?;
-        let first: C = credential_of(fetched, &origin, &config)?;
+        let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await?;
+        let first: C = credential_of(fetched, &origin, config.clock, config.max_size)?;
         let stamp = Stamp {
             generation: 1,
             ..*first.stamp()
@@ -296,31 +226,7 @@ impl<C: Credential> Store<C> {
             .as_deref()
             .map_or_else(|| origin.clone(), Arc::from);
         let store = Store {
-            shared: Arc::new(Shared {
-                id: StoreId::next(),
-                current: ArcSwap::from_pointee(first),
-                word: AtomicU64::new(1),
-                source,
-                origin,
-                config,
-                runtime: Mutex::new(tokio::runtime::Handle::current()),
-                flight: Mutex::new(Flight::new()),
-                done: watch::Sender::new(Done {
-                    read: 1,
-                    result: None,
-                }),
-                generations: watch::Sender::new(1),
-                counters: Counters {
-                    reads: AtomicU64::new(1),
-                    ..Counters::default()
-                },
-                last_error: Mutex::new(None),
-                last_refusal_reads: Mutex::default(),
-                watch_state: Mutex::new(WatchState::Off),
-                expiry: ExpiryWarnings::default(),
-                telemetry: Telemetry::new(label),
-                restart: OnceLock::new(),
-            }),
+            shared: Arc::new(Shared::new(first, source, origin, config, label)),
         };
         store
             .shared
@@ -366,14 +272,14 @@ impl<C: Credential> Store<C> {
 
     /// The current credential's generation: 1 for the first, one more for each new one.
     pub(crate) fn generation(&self) -> u64 {
-        self.shared.word.load(Ordering::Acquire) & word::GENERATION
+        self.shared.current.word() & word::GENERATION
     }
 
     /// Whether `cached` is still the current token and the store needs nothing of the
     /// request path. One atomic load.
     #[inline]
     pub(crate) fn is_current(&self, cached: &C) -> bool {
-        self.shared.word.load(Ordering::Acquire) == cached.generation()
+        self.shared.current.word() == cached.generation()
     }
 
     /// The request path's slow path, when [`is_current`](Self::is_current) said no: the
@@ -381,20 +287,35 @@ impl<C: Credential> Store<C> {
     #[cold]
     #[inline(never)]
     pub(crate) fn catch_up(&self, cached: &mut Arc<C>) {
-        let word = self.shared.word.load(Ordering::Acquire);
+        let word = self.shared.current.word();
         if word & word::GENERATION != cached.generation() {
             *cached = self.current();
         }
         if word & word::STOPPED != 0 {
-            self.revive();
+            self.shared.revive();
         }
+    }
+
+    /// Starts the store's refresher again if it stopped: for a client that reads the
+    /// current token at each send (the reqwest middleware), as the layer's slow path does.
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn revive_if_stopped(&self) {
+        if self.shared.current.word() & word::STOPPED != 0 {
+            self.shared.revive();
+        }
+    }
+
+    /// Makes `start` the way to start the store's refresher again (a store whose refresher
+    /// the crate spawned).
+    pub(crate) fn restart_with(&self, start: Start<C>) {
+        self.shared.restart_with(start);
     }
 
     /// Reads the source again and installs what it holds if it is valid and new; returns
     /// the credential current after the read (see [`TokenStore::reload`]).
     pub(crate) async fn reload(&self) -> Result<Arc<C>, LoadError> {
-        if self.shared.word.load(Ordering::Acquire) & word::STOPPED != 0 {
-            self.revive();
+        if self.shared.current.word() & word::STOPPED != 0 {
+            self.shared.revive();
         }
         let result = self
             .downgrade()
@@ -407,7 +328,7 @@ impl<C: Credential> Store<C> {
 
     /// A receiver of generation numbers, updated each time a new credential is installed.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.shared.generations.subscribe()
+        self.shared.current.subscribe()
     }
 
     /// A snapshot of the store's state.
@@ -428,7 +349,7 @@ impl<C: Credential> Store<C> {
             reads: get(&c.reads),
             rotations: get(&c.rotations),
             failures: get(&c.failures),
-            last_error: lock(&s.last_error).clone(),
+            last_error: s.current.last_error(),
             watch: lock(&s.watch_state).clone(),
             unauthorized: get(&c.unauthorized_seen),
             unauthorized_reloads: get(&c.unauthorized_reloads),
@@ -437,6 +358,66 @@ impl<C: Credential> Store<C> {
             stalled_since: s.expiry.stalled_since(&**current),
             skipped_certificates: current.skipped(),
         }
+    }
+
+    /// After a refusal of a request sent with generation `sent`: a newer token if one is
+    /// installed, else the read that may bring one (started now, joined, or the one asked
+    /// for by an earlier refusal of the same certainty to the same token within the rate
+    /// limit). Only certain refusals count as unauthorized responses in the status.
+    fn refused(&self, sent: u64, certainty: Certainty) -> Refused<C> {
+        let s = &self.shared;
+        if certainty == Certainty::Certain {
+            Counters::bump(&s.counters.unauthorized_seen);
+            s.telemetry.unauthorized();
+        }
+        // Reads started before this response arrived may have started before the server
+        // revoked the token, and before its successor was written: they do not count.
+        let arrived = s.flight.started();
+        if let Some(token) = self.newer_than(sent) {
+            return Refused::Newer(token);
+        }
+        let wanted = s.refusals.read_for(
+            certainty,
+            sent,
+            arrived,
+            s.config.unauthorized_interval,
+            &s.counters,
+        );
+        let ask = Ask {
+            trigger: Trigger::Unauthorized,
+            report: OnFailure::Report,
+        };
+        Refused::Reading(s.ask(wanted, ask))
+    }
+
+    /// After a refusal: a token newer than `sent`, installed already or read now, or
+    /// `None` when the source still holds the same token (or was read less than the rate
+    /// limit ago). The read is the store's: dropping this future leaves it running for the
+    /// requests that follow.
+    pub(crate) async fn refresh_after_refusal(
+        &self,
+        sent: u64,
+        certainty: Certainty,
+    ) -> Option<Arc<C>> {
+        match self.refused(sent, certainty) {
+            Refused::Newer(token) => Some(token),
+            Refused::Reading(ticket) => {
+                let done = self.shared.flight.subscribe();
+                wait(done, ticket).await;
+                self.newer_than(sent)
+            }
+        }
+    }
+
+    /// After a refusal of a request sent with generation `sent`, without waiting: starts
+    /// (or joins) the read that may bring a newer token, for the requests that follow.
+    pub(crate) fn reload_after_refusal(&self, sent: u64, certainty: Certainty) {
+        let _ = self.refused(sent, certainty);
+    }
+
+    /// The current credential, if it is newer than generation `sent`.
+    fn newer_than(&self, sent: u64) -> Option<Arc<C>> {
+        Some(self.current()).filter(|t| t.generation() > sent)
     }
 
     /// Counts a request sent again after a refusal that needs no header (a client
@@ -521,43 +502,27 @@ impl Store<Token> {
     }
 }
 
-impl<C: Credential> Shared<C> {
-    /// Warns (once per token) when the current token, just confirmed by a read of the
-    /// source, has expired or is overdue for rotation: the rotator has stalled; and
-    /// publishes the token's gauges.
-    fn check_expiry(&self) {
-        let current = self.current.load();
-        self.expiry
-            .check(&**current, self.config.clock.now(), &self.origin);
-        let stalled = self.expiry.stalled_since(&**current).is_some();
-        self.telemetry.token(&**current, stalled);
+impl<C: Credential> WeakStore<C> {
+    /// The store, unless every `TokenStore` clone has been dropped.
+    pub(crate) fn upgrade(&self) -> Option<Store<C>> {
+        self.shared().map(|shared| Store { shared })
     }
+}
 
-    fn report_failure(&self, error: &LoadError, trigger: Trigger) {
-        Counters::bump(&self.counters.failures);
-        let current = self.current.load();
-        event!(
-            C::KIND,
-            warn,
-            {
-                trigger = trigger.as_str(),
-                token = %current.logged(),
-                error = %Chain(error),
-            },
-            "token reload failed; keeping the last good token",
-            "reload failed; keeping the last good one"
-        );
-        *lock(&self.last_error) = Some(error.clone());
+impl StoreId {
+    /// The token store numbered `self`, if it is still alive.
+    pub(crate) fn store(self) -> Option<Store<Token>> {
+        let shared = self.find::<Shared<Token>>()?;
+        Some(Store { shared })
     }
+}
 
-    /// Installs `to` as the generation, keeping the flags.
-    fn set_generation(&self, to: u64) {
-        let _ = self
-            .word
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some((w & !word::GENERATION) | to)
-            });
-    }
+/// The store's answer to a refusal.
+enum Refused<C> {
+    /// A token newer than the refused one is already installed.
+    Newer(Arc<C>),
+    /// A read that starts after the response arrived will answer.
+    Reading(Ticket),
 }
 
 /// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and
@@ -567,20 +532,6 @@ struct Shown<'a, C>(&'a C);
 impl<C: Credential> fmt::Debug for Shown<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.debug(f)
-    }
-}
-
-/// Waits until read `n` is done; `None` when the store was dropped first.
-async fn wait(
-    mut done: watch::Receiver<Done>,
-    ticket: Ticket,
-) -> Option<Result<Reloaded, LoadError>> {
-    match ticket {
-        Ticket::Answered(result) => Some(result),
-        Ticket::Wait(n) => {
-            let done = done.wait_for(|d| d.read >= n).await.ok()?;
-            done.result.clone()
-        }
     }
 }
 

@@ -1,12 +1,11 @@
-//! What the store does when a server refuses its credential: a generation-aware,
-//! rate-limited reload.
+//! What the store keeps of the refusals of its credential: how sure each was, and the read
+//! each asked for, rate-limited by kind ([`Refusals`]). The handles' refusal reloads
+//! (`mod.rs`) ask it which read answers a refusal.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use super::flight::{Ask, Ticket};
-use super::{Counters, Credential, OnFailure, Store, wait};
-use crate::source::Trigger;
+use super::status::Counters;
 use crate::sync::lock;
 
 /// How sure a refusal is that the server refused the credential.
@@ -34,7 +33,13 @@ struct RefusalRead {
 /// rotation was written) never spends the read that a certain one of the same
 /// generation needs.
 #[derive(Default)]
-pub(super) struct RefusalReads {
+pub(super) struct Refusals {
+    last: Mutex<RefusalReads>,
+}
+
+/// The last read of each kind, as [`Refusals`] holds them.
+#[derive(Default)]
+struct RefusalReads {
     certain: Option<RefusalRead>,
     possible: Option<RefusalRead>,
 }
@@ -48,103 +53,40 @@ impl RefusalReads {
     }
 }
 
-/// The store's answer to an unauthorized response.
-enum Refused<C> {
-    /// A token newer than the refused one is already installed.
-    Newer(Arc<C>),
-    /// A read that starts after the response arrived will answer.
-    Reading(Ticket),
-}
-
-impl<C: Credential> Store<C> {
-    /// After a refusal of a request sent with generation `sent`: a newer token if one is
-    /// installed, else the read that may bring one (started now, joined, or the one asked
-    /// for by an earlier refusal of the same certainty to the same token within the rate
-    /// limit). Only certain refusals count as unauthorized responses in the status.
-    fn refused(&self, sent: u64, certainty: Certainty) -> Refused<C> {
-        let s = &self.shared;
-        if certainty == Certainty::Certain {
-            Counters::bump(&s.counters.unauthorized_seen);
-            s.telemetry.unauthorized();
-        }
-        // Reads started before this response arrived may have started before the server
-        // revoked the token, and before its successor was written: they do not count.
-        let arrived = lock(&s.flight).started;
-        if let Some(token) = self.newer_than(sent) {
-            return Refused::Newer(token);
-        }
-        let wanted = {
-            let mut reads = lock(&s.last_refusal_reads);
-            let last = reads.slot(certainty);
-            let now = Instant::now();
-            match *last {
-                // This generation was refused before, and a read was asked for then, within
-                // the rate limit: that read started after the server had revoked the token,
-                // so its answer (or a later read's) holds for this response too. A token
-                // that is simply wrong costs one read per interval, however many requests.
-                Some(r)
-                    if r.generation >= sent
-                        && now.duration_since(r.at) < s.config.unauthorized_interval =>
-                {
-                    r.read
-                }
-                _ => {
-                    let read = arrived + 1;
-                    *last = Some(RefusalRead {
-                        at: now,
-                        generation: sent,
-                        read,
-                    });
-                    if certainty == Certainty::Certain {
-                        Counters::bump(&s.counters.unauthorized_reloads);
-                    }
-                    read
-                }
-            }
-        };
-        let ask = Ask {
-            trigger: Trigger::Unauthorized,
-            report: OnFailure::Report,
-        };
-        Refused::Reading(s.ask(wanted, ask))
-    }
-
-    /// After a refusal: a token newer than `sent`, installed already or read now, or
-    /// `None` when the source still holds the same token (or was read less than the rate
-    /// limit ago). The read is the store's: dropping this future leaves it running for the
-    /// requests that follow.
-    pub(crate) async fn refresh_after_refusal(
+impl Refusals {
+    /// The number of the read that answers a refusal of generation `sent`: the one asked
+    /// for by an earlier refusal of the same certainty to the same token within
+    /// `interval`, else the first read to start after `arrived` (the last read started
+    /// when the response arrived), counted in `counters` when the refusal is certain.
+    pub(super) fn read_for(
         &self,
-        sent: u64,
         certainty: Certainty,
-    ) -> Option<Arc<C>> {
-        match self.refused(sent, certainty) {
-            Refused::Newer(token) => Some(token),
-            Refused::Reading(ticket) => {
-                let done = self.shared.done.subscribe();
-                wait(done, ticket).await;
-                self.newer_than(sent)
+        sent: u64,
+        arrived: u64,
+        interval: Duration,
+        counters: &Counters,
+    ) -> u64 {
+        let mut reads = lock(&self.last);
+        let last = reads.slot(certainty);
+        let now = Instant::now();
+        match *last {
+            // This generation was refused before, and a read was asked for then, within
+            // the rate limit: that read started after the server had revoked the token,
+            // so its answer (or a later read's) holds for this response too. A token
+            // that is simply wrong costs one read per interval, however many requests.
+            Some(r) if r.generation >= sent && now.duration_since(r.at) < interval => r.read,
+            _ => {
+                let read = arrived + 1;
+                *last = Some(RefusalRead {
+                    at: now,
+                    generation: sent,
+                    read,
+                });
+                if certainty == Certainty::Certain {
+                    Counters::bump(&counters.unauthorized_reloads);
+                }
+                read
             }
         }
-    }
-
-    /// After a refusal of a request sent with generation `sent`, without waiting: starts
-    /// (or joins) the read that may bring a newer token, for the requests that follow.
-    pub(crate) fn reload_after_refusal(&self, sent: u64, certainty: Certainty) {
-        let _ = self.refused(sent, certainty);
-    }
-
-    /// Starts the store's refresher again if it stopped: for a client that reads the
-    /// current token at each send (the reqwest middleware), as the layer's slow path does.
-    #[cfg(feature = "reqwest")]
-    pub(crate) fn revive_if_stopped(&self) {
-        use std::sync::atomic::Ordering;
-        if self.shared.word.load(Ordering::Acquire) & super::word::STOPPED != 0 {
-            self.revive();
-        }
-    }
-
-    fn newer_than(&self, sent: u64) -> Option<Arc<C>> {
-        Some(self.current()).filter(|t| t.generation() > sent)
     }
 }

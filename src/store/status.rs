@@ -1,10 +1,10 @@
-//! What a store tells about itself: [`Status`], [`WatchState`], and the counters behind
-//! them.
+//! What a store tells about itself: [`Status`], [`WatchState`], the counters behind them,
+//! and the outcomes they count ([`Reloaded`], [`RetryOutcome`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use super::LoadError;
+use super::error::LoadError;
 
 /// Whether the store learns of changes to its files as they happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +104,15 @@ pub struct Status {
     pub skipped_certificates: u64,
 }
 
+/// What a successful read did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reloaded {
+    /// The source holds the same token as before; the generation is unchanged.
+    Unchanged,
+    /// A new token was installed.
+    Rotated,
+}
+
 /// How a retry went, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RetryOutcome {
@@ -115,6 +124,7 @@ pub(crate) enum RetryOutcome {
     Refused,
 }
 
+/// What a store counts, for its status.
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) reads: AtomicU64,
@@ -127,6 +137,14 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// The counters of a store just loaded: one read, the load's.
+    pub(crate) fn first_read() -> Self {
+        Self {
+            reads: AtomicU64::new(1),
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }

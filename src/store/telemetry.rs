@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use super::Credential;
+use super::credential::Credential;
 #[cfg(feature = "metrics")]
-use super::Kind;
-use super::{LoadError, Reloaded, RetryOutcome, WatchState};
+use super::credential::Kind;
+use super::error::LoadError;
+use super::status::{Reloaded, RetryOutcome, WatchState};
 use crate::source::Trigger;
 
 /// One store's metrics: every series carries its `source` label.

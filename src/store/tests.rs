@@ -1,7 +1,9 @@
 use super::*;
 use crate::sync::lock;
 use crate::token::TokenError;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
 /// A loader whose bytes the test sets, counting its calls, optionally held at a gate.
 #[derive(Clone)]
@@ -489,7 +491,7 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
         }
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while store.0.shared.done.receiver_count() < 2 {
+    while store.0.shared.flight.waiting() < 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "the waiters never joined"
@@ -545,10 +547,8 @@ async fn a_quiet_read_joined_by_a_reporting_caller_reports_its_failure() {
         let store = store.clone();
         async move { store.reload().await }
     });
-    crate::test_support::eventually("the caller joined", || {
-        store.0.shared.done.receiver_count() >= 2
-    })
-    .await;
+    crate::test_support::eventually("the caller joined", || store.0.shared.flight.waiting() >= 2)
+        .await;
     src.gate.add_permits(1);
     assert!(quiet.await.unwrap().unwrap().is_err());
     assert!(joined.await.unwrap().is_err());
@@ -617,10 +617,8 @@ async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
     // Two callers join one read, which then fails for both.
     let read_by = async |reports: [OnFailure; 2]| {
         let callers = reports.map(ask);
-        crate::test_support::eventually("both joined", || {
-            store.0.shared.done.receiver_count() >= 2
-        })
-        .await;
+        crate::test_support::eventually("both joined", || store.0.shared.flight.waiting() >= 2)
+            .await;
         src.gate.add_permits(1);
         for caller in callers {
             assert!(caller.await.unwrap().unwrap().is_err());
@@ -668,13 +666,13 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
     let header = |store: &TokenStore| store.current().header_value().clone();
 
     std::fs::write(&path, "two").unwrap();
-    let before = lock(&store.0.shared.flight).started;
+    let before = store.0.shared.flight.started();
     assert!(weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer two");
     // Numbered as the store's reads are: a caller waiting for a read after `before` is
     // answered by this one.
-    assert_eq!(lock(&store.0.shared.flight).started, before + 1);
-    assert_eq!(store.0.shared.done.borrow().read, before + 1);
+    assert_eq!(store.0.shared.flight.started(), before + 1);
+    assert_eq!(store.0.shared.flight.done(), before + 1);
     let status = store.status();
     assert_eq!((status.reads, status.rotations), (2, 1));
     // The same token again: still the file's, one more read, no rotation.
@@ -691,10 +689,10 @@ async fn a_file_read_on_the_spot_is_installed_as_a_read_of_the_stores_own() {
 
     // While a read of the store's runs, none on the spot: one read at a time.
     std::fs::write(&path, "three").unwrap();
-    lock(&store.0.shared.flight).pretend_running(true);
+    store.0.shared.flight.pretend_running(true);
     assert!(!weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer two");
-    lock(&store.0.shared.flight).pretend_running(false);
+    store.0.shared.flight.pretend_running(false);
     assert!(weak.read_now(Trigger::Watch));
     assert_eq!(header(&store), "Bearer three");
 
@@ -844,4 +842,22 @@ async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
             .is_none()
     );
     assert_eq!(reads(), 6);
+}
+
+#[tokio::test]
+async fn a_store_leaves_the_table_when_its_last_handle_goes() {
+    let store =
+        crate::test_support::loader("live", || async { Ok::<_, std::io::Error>(b"t".to_vec()) })
+            .no_watch()
+            .no_periodic_refresh()
+            .load()
+            .await
+            .unwrap();
+    let id = store.0.id();
+    let clone = id.store().expect("found while alive");
+    assert!(clone.ptr_eq(&store.0));
+    drop((store, clone));
+    assert!(id.store().is_none());
+    // Not a dead entry kept for the life of the process: the table holds live stores.
+    assert!(!id.is_registered());
 }

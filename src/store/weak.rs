@@ -1,14 +1,16 @@
 //! [`WeakStore`]: a weak reference to a store, for the work that keeps it fresh.
 
 use std::fmt;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
-use super::flight::Ask;
-use super::{Credential, LoadError, OnFailure, Recency, Reloaded, Shared, Store, WatchState, wait};
+use super::credential::Credential;
+use super::error::LoadError;
+use super::flight::{Ask, OnFailure, Recency, wait};
+use super::shared::Shared;
+use super::status::{Reloaded, WatchState};
 use crate::source::Trigger;
-use crate::sync::lock;
 
-/// A weak reference to a [`Store`], held by background work (the timer, the
+/// A weak reference to a [`Store`](super::Store), held by background work (the timer, the
 /// watcher) so that it never keeps the store alive.
 pub(crate) struct WeakStore<C: Credential> {
     shared: Weak<Shared<C>>,
@@ -36,14 +38,14 @@ impl<C: Credential> WeakStore<C> {
         Self { shared }
     }
 
-    /// The store, unless every `TokenStore` clone has been dropped.
-    pub(crate) fn upgrade(&self) -> Option<Store<C>> {
-        self.shared.upgrade().map(|shared| Store { shared })
+    /// The store's state, unless every handle of it has been dropped.
+    pub(super) fn shared(&self) -> Option<Arc<Shared<C>>> {
+        self.shared.upgrade()
     }
 
     /// Resolves when the store is dropped.
     pub(crate) async fn closed(&self) {
-        let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) else {
+        let Some(mut generations) = self.shared.upgrade().map(|s| s.current.subscribe()) else {
             return;
         };
         while generations.changed().await.is_ok() {}
@@ -59,9 +61,9 @@ impl<C: Credential> WeakStore<C> {
     ) -> Option<Result<Reloaded, LoadError>> {
         let (done, ticket) = {
             let shared = self.shared.upgrade()?;
-            let wanted = lock(&shared.flight).wanted(recency);
+            let wanted = shared.flight.wanted(recency);
             let ask = Ask { trigger, report };
-            (shared.done.subscribe(), shared.ask(wanted, ask))
+            (shared.flight.subscribe(), shared.ask(wanted, ask))
         };
         wait(done, ticket).await
     }
