@@ -152,6 +152,10 @@ async fn an_inline_token_rotates_with_the_file_under_the_same_client() {
         let (status, _, sent) = get(&client, &server).await;
         assert_eq!((status, sent), (StatusCode::OK, format!("Bearer {next}")));
         support::wait_for_token(&token, &next).await;
+        // The next rotation after some of the load's requests: a request meets one
+        // rotation, as the layer retries a refused request once.
+        let seen = server.arrivals().len() as u64;
+        server.wait_requests(seen + 20, DEADLINE).await;
     }
     assert_eq!(
         load.await.unwrap(),

@@ -36,6 +36,29 @@
 //! rotation of the file, one exec plugin run per rotation, between them. To set a store's
 //! options (a plugin's time limit), build it from [`Credentials::token_store_builder`].
 //!
+//! # A kubeconfig that rotates itself
+//!
+//! A kubeconfig mounted from a Secret that something else rewrites — Cluster API's
+//! `<cluster>-kubeconfig` (its client certificate renewed), an Argo CD or Rancher cluster
+//! secret, a managed service account's token — holds its credentials inline, and the whole
+//! file changes at once. [`Credentials::from_kubeconfig`] follows the file: it is watched
+//! like a token file and read once per change, and its inline token, client certificate
+//! and CA bundle are each a store installed when it changed. A file that cannot be used
+//! (half written, without the context, with a credential that does not parse) changes
+//! nothing, and neither does one whose server (or any other setting than the inline
+//! credentials) changed: the client goes on with what it has and each store's `status()`
+//! says why; a new client from the file follows the new server.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use bearer_reload::kube::Credentials;
+//!
+//! let path = "/etc/clusters/prod-eu/value"; // the Secret's key, mounted
+//! let (config, credentials) = Credentials::from_kubeconfig(path, &Default::default()).await?;
+//! let client = credentials.client(config)?;
+//! # let _ = client; Ok(()) }
+//! ```
+//!
 //! # Which configs get the reloading credentials
 //!
 //! Those whose user authenticates with a token file or an exec plugin, and nothing kube
@@ -51,6 +74,8 @@
 //! [TLS](#tls). For every other config (an inline token alone, auth providers, and without
 //! `tls` client certificates), [`Credentials::load`] loads nothing, and
 //! [`Credentials::client`] returns kube's own client, unchanged; a `debug` event says why.
+//! Inline credentials that rotate with their kubeconfig file are
+//! [`Credentials::from_kubeconfig`]'s.
 //!
 //! # Exec plugins
 //!
@@ -110,8 +135,8 @@
 //! config's read and write timeouts and kube's tracing spans. A config with a
 //! `proxy_url`, or with `accept_invalid_certs`, keeps kube's TLS (certificates read once).
 //!
-//! Runnable examples: `examples/kube_incluster.rs`, `examples/kube_kubeconfig.rs` and
-//! `examples/cert_rotation.rs`.
+//! Runnable examples: `examples/kube_incluster.rs`, `examples/kube_kubeconfig.rs`,
+//! `examples/cert_rotation.rs` and `examples/kubeconfig_rotation.rs`.
 //!
 //! [`Config`]: https://docs.rs/kube/5/kube/struct.Config.html
 //! [`Config::default_retry`]: https://docs.rs/kube/5/kube/struct.Config.html#structfield.default_retry

@@ -313,3 +313,19 @@ impl Flight {
         self.done.receiver_count()
     }
 }
+
+/// The reads of a store, as they complete (`Store::reads_done`): what a store that follows
+/// it waits on.
+pub(crate) struct ReadsDone(watch::Receiver<Done>);
+
+impl ReadsDone {
+    pub(super) fn new(done: watch::Receiver<Done>) -> Self {
+        Self(done)
+    }
+
+    /// Waits for the next read to complete; `false` once the store is gone.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
+    pub(crate) async fn next(&mut self) -> bool {
+        self.0.changed().await.is_ok()
+    }
+}

@@ -87,7 +87,7 @@ pub use error::LoadError;
 pub use status::{Status, WatchState};
 
 pub(crate) use background::Start;
-pub(crate) use flight::{OnFailure, Recency};
+pub(crate) use flight::{OnFailure, ReadsDone, Recency};
 pub(crate) use live::StoreId;
 pub(crate) use refused::Certainty;
 pub(crate) use shared::Config;
@@ -297,8 +297,9 @@ impl<C: Credential> Store<C> {
     }
 
     /// Starts the store's refresher again if it stopped: for a client that reads the
-    /// current token at each send (the reqwest middleware), as the layer's slow path does.
-    #[cfg(feature = "reqwest")]
+    /// current token at each send (the reqwest middleware), as the layer's slow path does,
+    /// and for a kubeconfig's part, which reads the file's store.
+    #[cfg(any(feature = "reqwest", feature = "kube"))]
     pub(crate) fn revive_if_stopped(&self) {
         if self.shared.current.word() & word::STOPPED != 0 {
             self.shared.revive();
@@ -454,14 +455,14 @@ impl<C: Credential> Store<C> {
     /// A receiver that changes as each read of the source completes, whatever its result.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn reads_done(&self) -> ReadsDone {
-        ReadsDone(self.shared.done.subscribe())
+        ReadsDone::new(self.shared.flight.subscribe())
     }
 
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn last_error(&self) -> Option<LoadError> {
-        lock(&self.shared.last_error).clone()
+        self.shared.current.last_error()
     }
 
     /// Whether the store learns of changes to its files as they happen.
@@ -476,17 +477,6 @@ impl<C: Credential> Store<C> {
         if *lock(&self.shared.watch_state) != state {
             self.shared.set_watch_state(state);
         }
-    }
-}
-
-/// The reads of a store, as they complete ([`Store::reads_done`]).
-pub(crate) struct ReadsDone(watch::Receiver<Done>);
-
-impl ReadsDone {
-    /// Waits for the next read to complete; `false` once the store is gone.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
-    pub(crate) async fn next(&mut self) -> bool {
-        self.0.changed().await.is_ok()
     }
 }
 

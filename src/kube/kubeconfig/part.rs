@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::snapshot::Snapshot;
 use crate::source::{FetchContext, Fetched, TokenSource, Trigger};
-use crate::store::{LoadError, Store};
+use crate::store::{LoadError, OnFailure, Recency, Store};
 
 /// Which credential of the file a [`Part`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,18 @@ impl TokenSource for Part {
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, FileFailed> {
         if Self::reads_file(cx.trigger()) {
-            self.file.reload().await.map_err(FileFailed)?;
+            // A read that starts now, for the part's own reason (a refusal must not be
+            // answered by a read from before it); and the file's watcher started again if
+            // its runtime went, as the part's own refresher is.
+            self.file.revive_if_stopped();
+            let read = self
+                .file
+                .downgrade()
+                .reload(cx.trigger(), Recency::AfterNow, OnFailure::Report)
+                .await;
+            if let Some(Err(error)) = read {
+                return Err(FileFailed(error));
+            }
         }
         self.take()
     }
