@@ -58,6 +58,11 @@ use crate::layer::refused::{AfterRefusal, Refused};
 use crate::resend::{Failure, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
+#[cfg(feature = "tls")]
+mod tls;
+#[cfg(feature = "tls")]
+pub use tls::TlsMiddleware;
+
 /// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OwnHeader {

@@ -19,6 +19,9 @@
 mod clients;
 #[path = "support/grpc.rs"]
 mod grpc;
+#[cfg(all(feature = "tls", feature = "kube"))]
+#[path = "conformance/matrix.rs"]
+mod matrix;
 mod support;
 
 use std::collections::BTreeMap;

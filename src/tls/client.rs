@@ -30,16 +30,13 @@ use rustls::pki_types::ServerName;
 use tower_service::Service;
 
 use super::connect::{Dialled, Tagging, Verdict};
-use super::identity::Identity;
 use super::refusal::{Blame, blame};
-use super::roots::Roots;
-use super::source::Pem;
-use super::stores::{Generations, Stores};
+use super::stores::{Blamed, Generations, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
 use crate::layer::refused::{AfterRefusal, Refused};
 use crate::resend::{Failure, clone_request, may_send_again};
-use crate::store::{Certainty, Store};
+use crate::store::Certainty;
 use crate::sync::lock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -438,64 +435,6 @@ pin_project! {
     }
 }
 
-impl<B> Shared<B> {
-    /// The store of the credential `blame` points at, and the generation of it the
-    /// request went out with; `None` for a client without an identity.
-    fn refused_store(&self, blame: Blame, sent: Generations) -> Option<(Blamed, u64)> {
-        match blame {
-            Blame::Identity => self
-                .stores
-                .identity
-                .as_ref()
-                .map(|i| (Blamed::Identity(i.store().clone()), sent.identity)),
-            Blame::Roots => Some((Blamed::Roots(self.stores.roots.store().clone()), sent.roots)),
-        }
-    }
-}
-
-/// The store of the credential a refusal blames.
-#[derive(Clone)]
-enum Blamed {
-    Identity(Store<Pem<Identity>>),
-    Roots(Store<Pem<Roots>>),
-}
-
-impl Blamed {
-    fn reload_after_refusal(&self, sent: u64, certainty: Certainty) {
-        match self {
-            Blamed::Identity(s) => s.reload_after_refusal(sent, certainty),
-            Blamed::Roots(s) => s.reload_after_refusal(sent, certainty),
-        }
-    }
-
-    /// What follows the refusal of `answer` (see [`AfterRefusal`]).
-    fn after(
-        &self,
-        sent: u64,
-        certainty: Certainty,
-        answer: Answer,
-    ) -> AfterRefusal<Answer, <Answer as Refused>::Body> {
-        match self {
-            Blamed::Identity(s) => AfterRefusal::new(s.clone(), sent, certainty, answer),
-            Blamed::Roots(s) => AfterRefusal::new(s.clone(), sent, certainty, answer),
-        }
-    }
-
-    fn count_retried(&self) {
-        match self {
-            Blamed::Identity(s) => s.count_retried(),
-            Blamed::Roots(s) => s.count_retried(),
-        }
-    }
-
-    fn count_resent(&self, refused: bool) {
-        match self {
-            Blamed::Identity(s) => s.count_resent(refused),
-            Blamed::Roots(s) => s.count_resent(refused),
-        }
-    }
-}
-
 impl<B> Future for ResponseFuture<B>
 where
     B: http_body::Body + TryCloneBody + Send + 'static + Unpin,
@@ -514,7 +453,8 @@ where
                         return Poll::Ready(outcome);
                     };
                     let sent = refusal.dialled.unwrap_or(*this.sent);
-                    let Some((store, sent)) = this.shared.refused_store(refusal.blame, sent) else {
+                    let Some((store, sent)) = this.shared.stores.refused_store(refusal.blame, sent)
+                    else {
                         return Poll::Ready(outcome);
                     };
                     let resend = this

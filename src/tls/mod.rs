@@ -75,19 +75,47 @@
 //! told to drop a pooled connection after the fact), and a connection whose handshake
 //! straddles a rotation is poisoned (`Connected::poison`) as the connector hands it over.
 //!
-//! Pools this crate does not own keep their connections:
+//! The same for the other clients, each in the shape its users know:
 //!
-//! - **reqwest**: give it [`RootStore::client_config`], its `client_auth_cert_resolver` set
-//!   to [`IdentityStore::resolver`], with `ClientBuilder::use_preconfigured_tls` (set
-//!   `alpn_protocols` for HTTP/2): new connections present the new identity, but idle ones are reused until
-//!   `pool_idle_timeout` (90 s by default); to bound that, set it shorter, or
-//!   `pool_max_idle_per_host(0)` to reuse none.
-//! - **tonic**: a `Channel` holds one HTTP/2 connection and reconnects only when it breaks.
-//!   Give `Endpoint::connect_with_connector` an `hyper_rustls::HttpsConnector` built on
-//!   [`RootStore::client_config`] with [`IdentityStore::resolver`] as above (new
-//!   connections use the current credentials), and to
-//!   retire the old one build a new `Channel` when [`IdentityStore::subscribe`] says the
-//!   identity changed; the old channel's calls finish on the old connection.
+//! - **reqwest**: [`reqwest::TlsMiddleware`](crate::reqwest::TlsMiddleware) (features
+//!   `reqwest` and `tls`), the last middleware of a reqwest-middleware client: each
+//!   request goes out on a `reqwest::Client` made for the credentials current now (its own
+//!   pool, built again on rotation), and a refused handshake or a 401 reloads and sends it
+//!   again, as here.
+//! - **tonic**: an `HttpsClient` is a tonic transport: give a generated client
+//!   (`with_origin`) the `HttpsClient` with tonic's bodies made replayable, and a
+//!   [`BearerLayer`](crate::BearerLayer) with the gRPC classifier for a token. Unary and
+//!   streaming calls go over HTTP/2 (by ALPN), a call that starts after a rotation on a new
+//!   connection.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use bearer_reload::body::ReplayBody;
+//! use bearer_reload::reqwest::TlsMiddleware;
+//! use bearer_reload::source::FileSource;
+//! use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
+//! use tower::ServiceBuilder;
+//! use tower_http::map_request_body::MapRequestBodyLayer;
+//!
+//! let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
+//! let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
+//!
+//! // reqwest: the middleware last.
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(TlsMiddleware::new(roots.clone()).identity(identity.clone()))
+//!     .build();
+//! let health = client.get("https://vault.internal:8200/v1/sys/health").send().await?;
+//!
+//! // tonic: any generated client over the HttpsClient.
+//! type ToReplay = fn(tonic::body::Body) -> ReplayBody<tonic::body::Body>;
+//! let channel = ServiceBuilder::new()
+//!     .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
+//!     .service(HttpsClient::new(roots).identity(identity));
+//! let origin = "https://etcd.internal:2379".parse()?;
+//! let mut grpc = tonic_health::pb::health_client::HealthClient::with_origin(channel, origin);
+//! let serving = grpc.check(tonic_health::pb::HealthCheckRequest::default()).await?;
+//! # let _ = (health, serving); Ok(()) }
+//! ```
 //!
 //! # Session resumption
 //!
@@ -103,10 +131,10 @@ mod connect;
 mod error;
 mod identity;
 mod provider;
-mod refusal;
+pub(crate) mod refusal;
 mod roots;
 mod source;
-mod stores;
+pub(crate) mod stores;
 
 pub use certificate::Certificate;
 pub use client::HttpsClient;

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -32,6 +33,35 @@ use super::pki::{Ca, Issued, fingerprint};
 
 /// The header that tells the client which certificate its request arrived with.
 pub const PRESENTED: &str = "x-client-cert";
+
+/// The gRPC health service's path prefix: its `Check` and `Watch` calls are answered as a
+/// gRPC server would (`SERVING`; a refused token as `UNAUTHENTICATED`, trailers only),
+/// so that tonic's `HealthClient` can call this server. A refused certificate is a 401
+/// there too, as on every path.
+pub const GRPC_HEALTH: &str = "/grpc.health.v1.Health/";
+
+/// A gRPC answer of the health service: `SERVING` (one message, then `grpc-status: 0`),
+/// or `UNAUTHENTICATED` with no message.
+fn grpc(unauthenticated: bool) -> Response<BoxBody<Bytes, Infallible>> {
+    let builder = Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/grpc");
+    if unauthenticated {
+        return builder
+            .header("grpc-status", "16")
+            .header("grpc-message", "invalid bearer token")
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap();
+    }
+    // HealthCheckResponse { status: SERVING }: field 1, varint 1; framed uncompressed.
+    let message = Bytes::from_static(&[0, 0, 0, 0, 2, 0x08, 0x01]);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let body = Full::new(message)
+        .with_trailers(async move { Some(Ok(trailers)) })
+        .boxed();
+    builder.body(body).unwrap()
+}
 
 /// One request, as the server saw it.
 #[derive(Debug, Clone)]
@@ -83,6 +113,9 @@ struct Shared {
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// While true, new connections wait before their handshake.
     held: watch::Sender<bool>,
+    /// Bumped to close every connection gracefully (an HTTP/2 `GOAWAY`, then the close
+    /// once its streams are done), as a server that restarts does.
+    shutdown: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -163,6 +196,7 @@ impl MtlsServer {
             tokens: Mutex::new(None),
             tasks: Mutex::default(),
             held: watch::Sender::new(false),
+            shutdown: watch::Sender::new(0),
         });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
@@ -244,6 +278,17 @@ impl MtlsServer {
     }
 
     /// Waits, with a deadline, until `n` served connections have ended.
+    /// Closes every connection made so far gracefully, as a server that restarts does
+    /// (HTTP/2: `GOAWAY`, so that clients open no new stream on it, and the close once its
+    /// streams are done), and waits until they are closed: the next request of a client
+    /// makes a new connection.
+    pub async fn close_gracefully(&self) {
+        let made = self.connections();
+        self.shared.shutdown.send_modify(|n| *n += 1);
+        self.wait_closed(made, std::time::Duration::from_secs(10))
+            .await;
+    }
+
     pub async fn wait_closed(&self, n: u64, deadline: std::time::Duration) {
         let mut rx = self.shared.closed.subscribe();
         if tokio::time::timeout(deadline, rx.wait_for(|&closed| closed >= n))
@@ -317,10 +362,11 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                     let body = req.into_body().collect().await.map(|b| b.to_bytes());
                     let Ok(body) = body else {
                         // The client went away mid-body: nothing arrived.
-                        return Ok(Response::new(Full::new(Bytes::new())));
+                        return Ok(Response::new(Full::new(Bytes::new()).boxed()));
                     };
-                    let refused = shared.is_refused(&presented)
-                        || shared
+                    let certificate_refused = shared.is_refused(&presented);
+                    let token_refused =
+                        shared
                             .tokens
                             .lock()
                             .unwrap()
@@ -330,9 +376,10 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                                     .as_ref()
                                     .is_none_or(|header| !tokens.contains(header))
                             });
+                    let refused = certificate_refused || token_refused;
+                    let route = path.split('?').next().unwrap_or_default().to_owned();
                     let hang = {
                         let mut arrivals = shared.arrivals.lock().unwrap();
-                        let route = path.split('?').next().unwrap_or_default();
                         let hang = route == "/hang"
                             || (route == "/hang-once" && arrivals.iter().all(|a| a.path != path));
                         arrivals.push(Arrival {
@@ -352,22 +399,38 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                     if hang {
                         std::future::pending::<()>().await;
                     }
-                    let status = if refused {
-                        StatusCode::UNAUTHORIZED
+                    let response = if route.starts_with(GRPC_HEALTH) && !certificate_refused {
+                        grpc(token_refused)
                     } else {
-                        StatusCode::OK
+                        let status = if refused {
+                            StatusCode::UNAUTHORIZED
+                        } else {
+                            StatusCode::OK
+                        };
+                        Response::builder()
+                            .status(status)
+                            .body(Full::new(Bytes::from_static(b"ok")).boxed())
+                            .unwrap()
                     };
-                    let response = Response::builder()
-                        .status(status)
-                        .header(PRESENTED, presented)
-                        .body(Full::new(Bytes::from_static(b"ok")))
-                        .unwrap();
+                    let mut response = response;
+                    response
+                        .headers_mut()
+                        .insert(PRESENTED, presented.parse().unwrap());
                     Ok::<_, Infallible>(response)
                 }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder.http2().max_concurrent_streams(4096);
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            let mut shutdown = ended.shutdown.subscribe();
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = shutdown.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
             ended.closed.send_modify(|n| *n += 1);
         });
         tasks.tasks.lock().unwrap().push(task.abort_handle());
