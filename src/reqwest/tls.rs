@@ -156,6 +156,15 @@ impl Generation {
     }
 }
 
+impl Generation {
+    /// Its client, or why it could not be built, as the middleware's error.
+    fn client(&self) -> Result<&Client> {
+        self.client
+            .as_ref()
+            .map_err(|e| reqwest_middleware::Error::middleware(Build(e.clone())))
+    }
+}
+
 impl Shared {
     /// The client of the credentials current now: a new one when they are newer than the
     /// current client's.
@@ -242,10 +251,7 @@ impl Middleware for TlsMiddleware {
         _next: Next<'_>,
     ) -> Result<Response> {
         let generation = self.shared.generation();
-        let client = generation
-            .client
-            .as_ref()
-            .map_err(|e| reqwest_middleware::Error::middleware(Build(e.clone())))?;
+        let client = generation.client()?;
         // The copy is made before the request goes: sending consumes it.
         let replay = req.try_clone();
         let outcome = client.execute(req).await;
@@ -277,10 +283,7 @@ impl Middleware for TlsMiddleware {
         }
         // The client of the credentials current now: a connection made with the new one.
         let generation = self.shared.generation();
-        let client = generation
-            .client
-            .as_ref()
-            .map_err(|e| reqwest_middleware::Error::middleware(Build(e.clone())))?;
+        let client = generation.client()?;
         store.count_retried();
         let outcome = client.execute(replay).await;
         store.count_resent(refused(&outcome).is_some());

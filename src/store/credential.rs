@@ -69,6 +69,27 @@ impl fmt::Display for Kind {
     }
 }
 
+/// The credential a source that parses its reads attached to one (a PEM source's client
+/// identity or CA bundle, a kubeconfig's context), for a credential whose store is built
+/// on such a source; an error naming `origin` and `needs` (the source it needs) when the
+/// read carries none.
+pub(crate) fn attached<C: Clone + Send + Sync + 'static>(
+    mut fetched: Fetched,
+    origin: &Arc<str>,
+    needs: &'static str,
+) -> Result<C, LoadError> {
+    fetched
+        .take_attached()
+        .and_then(|parsed| parsed.downcast::<C>().ok())
+        .map(Arc::unwrap_or_clone)
+        .ok_or_else(|| LoadError::Fetch {
+            origin: origin.clone(),
+            error: Arc::new(std::io::Error::other(format!(
+                "the source gave no parsed credential (this store is built on {needs})"
+            ))),
+        })
+}
+
 /// What a store holds. Implemented by [`Token`] and (feature `tls`) by a
 /// client identity and a CA bundle.
 pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {

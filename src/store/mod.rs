@@ -80,7 +80,7 @@ mod status;
 mod telemetry;
 mod weak;
 
-pub(crate) use credential::{Credential, Kind, Stamp};
+pub(crate) use credential::{Credential, Kind, Stamp, attached};
 #[cfg(test)]
 pub(crate) use error::Chain;
 pub use error::LoadError;

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::CertificateError;
 use crate::source::{BoxError, FetchContext, Fetched, FileError, FileSource, TokenSource};
-use crate::store::{Credential, Kind, LoadError, Stamp};
+use crate::store::{Credential, Kind, LoadError, Stamp, attached};
 
 /// A client certificate (with its chain) and its private key in two PEM files (see
 /// [`IdentityStore::files`](super::IdentityStore::files)).
@@ -178,21 +178,11 @@ impl<T: Parse> Credential for Pem<T> {
 
     /// What the [`PemSource`] parsed the read into.
     fn from_fetched(
-        mut fetched: Fetched,
+        fetched: Fetched,
         origin: &Arc<str>,
         _max_size: usize,
     ) -> Result<Self, LoadError> {
-        fetched
-            .take_attached()
-            .and_then(|parsed| parsed.downcast::<Pem<T>>().ok())
-            .map(Arc::unwrap_or_clone)
-            .ok_or_else(|| LoadError::Fetch {
-                origin: origin.clone(),
-                error: Arc::new(std::io::Error::other(
-                    "the source gave no parsed credential (a store of certificates is built \
-                     on a PEM source)",
-                )),
-            })
+        attached(fetched, origin, "a PEM source")
     }
 
     fn stamp(&self) -> &Stamp {

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::read::{Problem, Selected};
 use crate::kube::{AuthInUse, auth_in_use};
 use crate::source::Fetched;
-use crate::store::{Credential, Kind, LoadError, Stamp};
+use crate::store::{Credential, Kind, LoadError, Stamp, attached};
 use crate::token::Token;
 
 /// Bytes that must never be shown: a token, a private key.
@@ -171,20 +171,11 @@ impl Credential for Snapshot {
 
     /// What the [`KubeconfigSource`] parsed the read into.
     fn from_fetched(
-        mut fetched: Fetched,
+        fetched: Fetched,
         origin: &Arc<str>,
         _max_size: usize,
     ) -> Result<Self, LoadError> {
-        fetched
-            .take_attached()
-            .and_then(|parsed| parsed.downcast::<Snapshot>().ok())
-            .map(Arc::unwrap_or_clone)
-            .ok_or_else(|| LoadError::Fetch {
-                origin: origin.clone(),
-                error: Arc::new(std::io::Error::other(
-                    "the source gave no parsed kubeconfig",
-                )),
-            })
+        attached(fetched, origin, "a kubeconfig source")
     }
 
     fn stamp(&self) -> &Stamp {
