@@ -91,7 +91,7 @@ pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A credential a source parsed, carried to the store beside the bytes it came from (a
 /// client identity, a CA bundle: see `tls::source`).
-#[cfg(feature = "tls")]
+#[cfg(any(feature = "tls", feature = "kube"))]
 pub(crate) type Attached = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 /// Any error, boxed: what the store keeps of a source's error.
@@ -105,8 +105,9 @@ pub struct Fetched {
     bytes: Vec<u8>,
     expires_at: Option<SystemTime>,
     refresh_at: Option<SystemTime>,
-    /// What a PEM source parsed the bytes into (feature `tls`).
-    #[cfg(feature = "tls")]
+    /// What a parsing source (PEM, feature `tls`; a kubeconfig, feature `kube`) made of
+    /// the bytes.
+    #[cfg(any(feature = "tls", feature = "kube"))]
     attached: Option<Attached>,
 }
 
@@ -118,7 +119,7 @@ impl Fetched {
             bytes: bytes.into(),
             expires_at: None,
             refresh_at: None,
-            #[cfg(feature = "tls")]
+            #[cfg(any(feature = "tls", feature = "kube"))]
             attached: None,
         }
     }
@@ -158,15 +159,16 @@ impl Fetched {
         self.refresh_at
     }
 
-    /// Carries `value`, what a PEM source parsed, to the store, which installs it.
-    #[cfg(feature = "tls")]
+    /// Carries `value`, what a parsing source made of the bytes, to the store, which
+    /// installs it.
+    #[cfg(any(feature = "tls", feature = "kube"))]
     pub(crate) fn with_attached(mut self, value: Attached) -> Self {
         self.attached = Some(value);
         self
     }
 
-    /// What a PEM source parsed, if it did.
-    #[cfg(feature = "tls")]
+    /// What a parsing source made of the bytes, if it did.
+    #[cfg(any(feature = "tls", feature = "kube"))]
     pub(crate) fn take_attached(&mut self) -> Option<Attached> {
         self.attached.take()
     }

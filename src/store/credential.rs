@@ -73,6 +73,7 @@ impl fmt::Display for Kind {
 /// identity or CA bundle, a kubeconfig's context), for a credential whose store is built
 /// on such a source; an error naming `origin` and `needs` (the source it needs) when the
 /// read carries none.
+#[cfg(any(feature = "tls", feature = "kube"))]
 pub(crate) fn attached<C: Clone + Send + Sync + 'static>(
     mut fetched: Fetched,
     origin: &Arc<str>,

@@ -80,7 +80,9 @@ mod status;
 mod telemetry;
 mod weak;
 
-pub(crate) use credential::{Credential, Kind, Stamp, attached};
+#[cfg(any(feature = "tls", feature = "kube"))]
+pub(crate) use credential::attached;
+pub(crate) use credential::{Credential, Kind, Stamp};
 #[cfg(test)]
 pub(crate) use error::Chain;
 pub use error::LoadError;
