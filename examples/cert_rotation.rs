@@ -1,7 +1,15 @@
-//! A kubeconfig user whose client certificate rotates under load: a client built on this
-//! crate's `bearer_reload::kube::Credentials` and kube's own client, built from the same
-//! kubeconfig, against the same HTTPS server, which refuses each old certificate the moment its successor is written
-//! (a revoking rotation: the worst case, and what a CA that rotates on compromise does).
+//! A client certificate that rotates under load: four clients on the same files, against
+//! the same HTTPS server, which refuses each old certificate the moment its successor is
+//! written (a revoking rotation: the worst case, and what a CA that rotates on compromise
+//! does).
+//!
+//! - `bearer-reload`: a `kube::Client` built on this crate's `bearer_reload::kube::Credentials`
+//!   from a kubeconfig that names the files;
+//! - `kube-builtin`: kube's own client, from the same kubeconfig;
+//! - `reqwest`: a reqwest-middleware client with `bearer_reload::reqwest::TlsMiddleware` on an
+//!   `IdentityStore::files` of the certificate and key and a `RootStore` of the CA file;
+//! - `tonic`: tonic-health's `HealthClient` (`Check` calls) over `tls::HttpsClient` on stores
+//!   of the same files, its request bodies made replayable (`ReplayBody`).
 //!
 //! ```text
 //! cargo run --release --example cert_rotation [-- --rotations 5 --workers 4]
@@ -11,26 +19,41 @@
 //! rotation to the first request that arrived with the new certificate (p50, p99; `never`
 //! where none did). kube reads certificate files once, when its client is built.
 //!
-//! Fully local: a CA made with rcgen, the server on 127.0.0.1, the files in a temp dir
-//! swapped the projected-volume way (`..data`).
+//! Fully local: a CA made with rcgen, the server on 127.0.0.1 (HTTP/1.1 and HTTP/2 by ALPN;
+//! it answers gRPC health calls too), the files in a temp dir swapped the projected-volume
+//! way (`..data`). Each client sends an `x-client` header, by which the server's records tell
+//! them apart.
 
 #[path = "../tests/support/mtls.rs"]
 mod mtls;
 #[path = "../tests/support/pki.rs"]
 mod pki;
+#[path = "common/rotation.rs"]
+mod rotation;
 
-use bearer_reload::kube::Credentials;
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bearer_reload::body::ReplayBody;
+use bearer_reload::kube::Credentials;
+use bearer_reload::reqwest::TlsMiddleware;
+use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
+use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
 use clap::Parser;
 use http::{HeaderName, HeaderValue};
 use kube::client::Body;
 use mtls::MtlsServer;
 use pki::{Ca, Issued};
+use rotation::{Counts, percentile};
 use serde_json::json;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+use tower::ServiceBuilder;
+use tower_http::map_request_body::{MapRequestBody, MapRequestBodyLayer};
+use tower_http::set_header::{SetRequestHeader, SetRequestHeaderLayer};
 
 #[derive(Parser)]
 struct Args {
@@ -45,16 +68,68 @@ struct Args {
     every_ms: u64,
 }
 
-const CLIENTS: [&str; 2] = ["bearer-reload", "kube-builtin"];
+const CLIENTS: [&str; 4] = ["bearer-reload", "kube-builtin", "reqwest", "tonic"];
 
-#[derive(Default)]
-struct Counts {
-    requests: AtomicU64,
-    failed: AtomicU64,
+/// The header each client tags its requests with.
+const X_CLIENT: HeaderName = HeaderName::from_static("x-client");
+
+type ToReplay = fn(tonic::body::Body) -> ReplayBody<tonic::body::Body>;
+
+/// tonic over `HttpsClient`: the `x-client` header, the bodies made replayable (so that a
+/// call refused on an old connection can be sent again).
+type TonicStack = SetRequestHeader<
+    MapRequestBody<HttpsClient<ReplayBody<tonic::body::Body>>, ToReplay>,
+    HeaderValue,
+>;
+
+/// One of the clients.
+#[derive(Clone)]
+enum Client {
+    Kube(kube::Client),
+    Reqwest(reqwest_middleware::ClientWithMiddleware, String),
+    Tonic(HealthClient<TonicStack>),
+}
+
+impl Client {
+    /// One request: whether it succeeded.
+    async fn call(&mut self) -> bool {
+        match self {
+            Client::Kube(client) => {
+                let request = http::Request::get("/")
+                    .body(Body::empty())
+                    .expect("a request");
+                match client.send(request).await {
+                    Ok(response) => response.status().is_success(),
+                    Err(_) => false,
+                }
+            }
+            Client::Reqwest(client, url) => match client.get(url.as_str()).send().await {
+                Ok(response) => response.status().is_success(),
+                Err(_) => false,
+            },
+            Client::Tonic(client) => client.check(HealthCheckRequest::default()).await.is_ok(),
+        }
+    }
+}
+
+/// This crate's stores of the certificate and key files and the CA file, as an application
+/// that reads them itself makes them.
+async fn stores(
+    dir: &Path,
+    ca: &Path,
+) -> Result<(IdentityStore, RootStore), Box<dyn std::error::Error>> {
+    let identity = IdentityStore::files(dir.join("tls.crt"), dir.join("tls.key"))
+        .load()
+        .await?;
+    let roots = RootStore::builder(FileSource::new(ca)).load().await?;
+    Ok((identity, roots))
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The examples build rustls with ring and aws-lc-rs: reqwest (`rustls-no-provider`)
+    // takes the process default, and panics without one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
     let tmp = tempfile::tempdir()?;
     let ca = Ca::new("kubernetes");
@@ -90,38 +165,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // CA file as `root_cert_file` (kube keeps only its bytes).
     let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    config.root_cert_file = Some(ca_path);
+    config.root_cert_file = Some(ca_path.clone());
 
     let tagged = |name: &str| {
         let mut config = config.clone();
         let mut value = HeaderValue::from_str(name).expect("a header value");
         value.set_sensitive(true);
-        config
-            .headers
-            .push((HeaderName::from_static("x-client"), value));
+        config.headers.push((X_CLIENT, value));
         config
     };
     let ours = tagged(CLIENTS[0]);
+    // reqwest: each generation's `reqwest::Client` from this builder, with the header.
+    let (identity, roots) = stores(volume.dir(), &ca_path).await?;
+    let tls = TlsMiddleware::new(roots)
+        .identity(identity)
+        .client_builder(|| {
+            let headers =
+                http::HeaderMap::from_iter([(X_CLIENT, HeaderValue::from_static("reqwest"))]);
+            reqwest::Client::builder().default_headers(headers)
+        });
+    let reqwest = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(tls)
+        .build();
+    // tonic: `HttpsClient` under the header and the replayable bodies.
+    let (identity, roots) = stores(volume.dir(), &ca_path).await?;
+    let stack = ServiceBuilder::new()
+        .layer(SetRequestHeaderLayer::overriding(
+            X_CLIENT,
+            HeaderValue::from_static("tonic"),
+        ))
+        .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
+        .service(HttpsClient::new(roots).identity(identity));
     let clients = [
-        Credentials::load(&ours).await?.client(ours)?,
-        kube::Client::try_from(tagged(CLIENTS[1]))?,
+        Client::Kube(Credentials::load(&ours).await?.client(ours)?),
+        Client::Kube(kube::Client::try_from(tagged(CLIENTS[1]))?),
+        Client::Reqwest(reqwest, server.url("/")),
+        Client::Tonic(HealthClient::with_origin(stack, server.url("").parse()?)),
     ];
 
     let stop = Arc::new(AtomicBool::new(false));
-    let counts: Arc<[Counts; 2]> = Arc::default();
+    let counts: Arc<[Counts; CLIENTS.len()]> = Arc::default();
     let mut workers = Vec::new();
     for (k, client) in clients.iter().enumerate() {
         for _ in 0..args.workers {
-            let (client, stop, counts) = (client.clone(), stop.clone(), counts.clone());
+            let (mut client, stop, counts) = (client.clone(), stop.clone(), counts.clone());
             workers.push(tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let request = http::Request::get("/")
-                        .body(Body::empty())
-                        .expect("a request");
-                    let ok = match client.send(request).await {
-                        Ok(response) => response.status().is_success(),
-                        Err(_) => false,
-                    };
+                    let ok = client.call().await;
                     counts[k].requests.fetch_add(1, Ordering::Relaxed);
                     if !ok {
                         counts[k].failed.fetch_add(1, Ordering::Relaxed);
@@ -175,19 +265,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
-}
-
-/// The `q` quantile of `latencies` (nearest rank), a rotation never picked up counting as
-/// the slowest: `never` when the rank falls on one.
-fn percentile(latencies: &[Option<f64>], q: f64) -> String {
-    let mut sorted: Vec<f64> = latencies
-        .iter()
-        .map(|l| l.unwrap_or(f64::INFINITY))
-        .collect();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
-    match sorted.get(rank - 1) {
-        Some(ms) if ms.is_finite() => format!("{ms:.2}"),
-        _ => "never".to_owned(),
-    }
 }

@@ -24,9 +24,11 @@
 mod mtls;
 #[path = "../tests/support/pki.rs"]
 mod pki;
+#[path = "common/rotation.rs"]
+mod rotation;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -39,6 +41,7 @@ use kube::client::Body;
 use kube::config::KubeConfigOptions;
 use mtls::MtlsServer;
 use pki::{Ca, Issued};
+use rotation::{Counts, percentile};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -55,12 +58,6 @@ struct Args {
 }
 
 const CLIENTS: [&str; 2] = ["bearer-reload", "kube-builtin"];
-
-#[derive(Default)]
-struct Counts {
-    requests: AtomicU64,
-    failed: AtomicU64,
-}
 
 /// The kubeconfig as the Secret holds it: the server, its CA, a token and a client
 /// certificate, all inline.
@@ -207,19 +204,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
-}
-
-/// The `q` quantile of `latencies` (nearest rank), a rotation never picked up counting as
-/// the slowest: `never` when the rank falls on one.
-fn percentile(latencies: &[Option<f64>], q: f64) -> String {
-    let mut sorted: Vec<f64> = latencies
-        .iter()
-        .map(|l| l.unwrap_or(f64::INFINITY))
-        .collect();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
-    match sorted.get(rank - 1) {
-        Some(ms) if ms.is_finite() => format!("{ms:.2}"),
-        _ => "never".to_owned(),
-    }
 }

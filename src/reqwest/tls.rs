@@ -38,7 +38,9 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 ///
 /// It sends the request itself, on the client of the current credentials: put it last,
 /// after any other middleware (a [`BearerMiddleware`](super::BearerMiddleware) comes
-/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used;
+/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used
+/// (but building it with reqwest's rustls backend and no provider needs rustls's process
+/// default provider, as in the example);
 /// each generation's client comes from
 /// [`client_builder`](Self::client_builder) (reqwest's defaults by default), with this
 /// crate's rustls configuration: reqwest's `rustls-no-provider` backend, rustls's
@@ -57,6 +59,9 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 /// use bearer_reload::source::FileSource;
 /// use bearer_reload::tls::{IdentityStore, RootStore};
 ///
+/// rustls::crypto::ring::default_provider()
+///     .install_default()
+///     .expect("no other provider installed yet");
 /// // cert-manager's Secret in a projected volume, and the CA that signs Vault's certificate.
 /// let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 /// let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;

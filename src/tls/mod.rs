@@ -100,7 +100,8 @@
 //! let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 //! let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
 //!
-//! // reqwest: the middleware last.
+//! // reqwest: the middleware last (reqwest's own client needs a process default provider).
+//! let _ = rustls::crypto::ring::default_provider().install_default();
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(TlsMiddleware::new(roots.clone()).identity(identity.clone()))
 //!     .build();

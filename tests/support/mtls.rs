@@ -316,6 +316,9 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
+        // As servers do: a gRPC answer is three writes (headers, data, trailers), which
+        // Nagle's algorithm would hold for the client's delayed ACK.
+        let _ = tcp.set_nodelay(true);
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
         let tasks = shared.clone();
         let task = tokio::spawn(async move {
