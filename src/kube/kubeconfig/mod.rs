@@ -31,7 +31,8 @@ pub(super) use snapshot::Inline;
 use snapshot::{Shape, Snapshot, snapshot};
 
 /// The most kubeconfig parsed on the watcher's thread as a change comes; a larger file is
-/// read and parsed on the blocking pool, so that it never holds up the other stores.
+/// read and parsed by `fetch`, in the store's own task, so that it never holds up the
+/// events of the other stores on the one watcher.
 const ON_THE_SPOT_MAX: usize = 64 * 1024;
 
 /// The kubeconfig file, parsed into the chosen context's [`Snapshot`] at each read, held to
