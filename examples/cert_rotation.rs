@@ -47,26 +47,13 @@ use http::{HeaderName, HeaderValue};
 use kube::client::Body;
 use mtls::MtlsServer;
 use pki::{Ca, Issued};
-use rotation::{Counts, percentile};
+use rotation::{Args, Counts, percentile};
 use serde_json::json;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 use tower::ServiceBuilder;
 use tower_http::map_request_body::{MapRequestBody, MapRequestBodyLayer};
 use tower_http::set_header::{SetRequestHeader, SetRequestHeaderLayer};
-
-#[derive(Parser)]
-struct Args {
-    /// Certificate rotations.
-    #[arg(long, default_value_t = 5)]
-    rotations: usize,
-    /// Concurrent requests per client.
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
-    /// Time between rotations, in milliseconds.
-    #[arg(long, default_value_t = 300)]
-    every_ms: u64,
-}
 
 const CLIENTS: [&str; 4] = ["bearer-reload", "kube-builtin", "reqwest", "tonic"];
 

@@ -41,21 +41,8 @@ use kube::client::Body;
 use kube::config::KubeConfigOptions;
 use mtls::MtlsServer;
 use pki::{Ca, Issued};
-use rotation::{Counts, percentile};
+use rotation::{Args, Counts, percentile};
 use serde_json::json;
-
-#[derive(Parser)]
-struct Args {
-    /// Rotations of the kubeconfig.
-    #[arg(long, default_value_t = 5)]
-    rotations: usize,
-    /// Concurrent requests per client.
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
-    /// Time between rotations, in milliseconds.
-    #[arg(long, default_value_t = 300)]
-    every_ms: u64,
-}
 
 const CLIENTS: [&str; 2] = ["bearer-reload", "kube-builtin"];
 

@@ -1,8 +1,22 @@
-//! What the rotation examples (`cert_rotation`, `kubeconfig_rotation`) count and print:
-//! each client's requests and failures, and the quantiles of the time from each rotation
-//! to the first request with the new credential.
+//! What the rotation examples (`cert_rotation`, `kubeconfig_rotation`) take and print:
+//! their options, each client's requests and failures, and the quantiles of the time from
+//! each rotation to the first request with the new credential.
 
 use std::sync::atomic::AtomicU64;
+
+/// The options of a rotation example.
+#[derive(clap::Parser)]
+pub(crate) struct Args {
+    /// Rotations of the credentials.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) rotations: usize,
+    /// Concurrent requests per client.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) workers: usize,
+    /// Time between rotations, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    pub(crate) every_ms: u64,
+}
 
 /// One client's requests and failures.
 #[derive(Default)]
