@@ -8,8 +8,8 @@
 //! - `kube-builtin`: kube's own client, from the same kubeconfig;
 //! - `reqwest`: a reqwest-middleware client with `bearer_reload::reqwest::TlsMiddleware` on an
 //!   `IdentityStore::files` of the certificate and key and a `RootStore` of the CA file;
-//! - `tonic`: tonic-health's `HealthClient` (`Check` calls) over `tls::HttpsClient` on stores
-//!   of the same files, its request bodies made replayable (`ReplayBody`).
+//! - `tonic`: tonic-health's `HealthClient` (`Check` calls) over `bearer_reload::tonic::TlsChannel`
+//!   on stores of the same files.
 //!
 //! ```text
 //! cargo run --release --example cert_rotation [-- --rotations 5 --workers 4]
@@ -36,12 +36,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bearer_reload::body::ReplayBody;
 use bearer_reload::kube::Credentials;
 use bearer_reload::reqwest::TlsMiddleware;
 use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
-use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
+use bearer_reload::tls::{IdentityStore, RootStore};
+use bearer_reload::tonic::TlsChannel;
 use clap::Parser;
 use http::{HeaderName, HeaderValue};
 use kube::client::Body;
@@ -52,7 +52,6 @@ use serde_json::json;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 use tower::ServiceBuilder;
-use tower_http::map_request_body::{MapRequestBody, MapRequestBodyLayer};
 use tower_http::set_header::{SetRequestHeader, SetRequestHeaderLayer};
 
 const CLIENTS: [&str; 4] = ["bearer-reload", "kube-builtin", "reqwest", "tonic"];
@@ -60,14 +59,8 @@ const CLIENTS: [&str; 4] = ["bearer-reload", "kube-builtin", "reqwest", "tonic"]
 /// The header each client tags its requests with.
 const X_CLIENT: HeaderName = HeaderName::from_static("x-client");
 
-type ToReplay = fn(tonic::body::Body) -> ReplayBody<tonic::body::Body>;
-
-/// tonic over `HttpsClient`: the `x-client` header, the bodies made replayable (so that a
-/// call refused on an old connection can be sent again).
-type TonicStack = SetRequestHeader<
-    MapRequestBody<HttpsClient<ReplayBody<tonic::body::Body>>, ToReplay>,
-    HeaderValue,
->;
+/// tonic over `TlsChannel`, under the `x-client` header.
+type TonicStack = SetRequestHeader<TlsChannel, HeaderValue>;
 
 /// One of the clients.
 #[derive(Clone)]
@@ -174,20 +167,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reqwest = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(tls)
         .build();
-    // tonic: `HttpsClient` under the header and the replayable bodies.
+    // tonic: `TlsChannel` under the header.
     let (identity, roots) = stores(volume.dir(), &ca_path).await?;
+    let origin = server.url("").parse()?;
     let stack = ServiceBuilder::new()
         .layer(SetRequestHeaderLayer::overriding(
             X_CLIENT,
             HeaderValue::from_static("tonic"),
         ))
-        .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
-        .service(HttpsClient::new(roots).identity(identity));
+        .service(TlsChannel::new(origin, roots).identity(identity));
     let clients = [
         Client::Kube(Credentials::load(&ours).await?.client(ours)?),
         Client::Kube(kube::Client::try_from(tagged(CLIENTS[1]))?),
         Client::Reqwest(reqwest, server.url("/")),
-        Client::Tonic(HealthClient::with_origin(stack, server.url("").parse()?)),
+        Client::Tonic(HealthClient::new(stack)),
     ];
 
     let stop = Arc::new(AtomicBool::new(false));

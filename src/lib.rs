@@ -193,6 +193,9 @@ pub mod testing;
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 pub mod token;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod tonic;
 
 pub use builder::StoreBuilder;
 pub use layer::{BearerLayer, BearerService};

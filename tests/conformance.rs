@@ -19,7 +19,7 @@
 mod clients;
 #[path = "support/grpc.rs"]
 mod grpc;
-#[cfg(all(feature = "tls", feature = "kube"))]
+#[cfg(all(feature = "tonic", feature = "kube"))]
 #[path = "conformance/matrix.rs"]
 mod matrix;
 mod support;

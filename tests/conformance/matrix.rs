@@ -1,12 +1,12 @@
-//! The TLS matrix (features `tls` and `kube`): every client kind × every credential ×
+//! The TLS matrix (features `tonic` and `kube`): every client kind × every credential ×
 //! every scenario, against one HTTPS server ([`MtlsServer`]) that requires client
 //! certificates, checks bearer tokens, answers gRPC health calls, and records which
 //! certificate and connection each request came on.
 //!
 //! - Clients: hyper-util through `HttpsClient` (with `BearerLayer`), reqwest through
 //!   `BearerMiddleware` and `TlsMiddleware`, tonic (unary and server-streaming calls of
-//!   tonic-health's `HealthClient`) through `HttpsClient` (with `BearerLayer` and the gRPC
-//!   classifier), and kube (`Credentials` with all three stores).
+//!   tonic-health's `HealthClient`) through `tonic::TlsChannel` (with `BearerLayer` and the
+//!   gRPC classifier), and kube (`Credentials` with all three stores).
 //! - Credentials: the bearer token, the client certificate, the CA bundle that verifies the
 //!   server; each a file of one projected volume, rotated the kubelet's way.
 //! - Scenarios: (1) the credential rotated three times under load, the old one refused the
@@ -31,6 +31,7 @@ use bearer_reload::reqwest::{BearerMiddleware, TlsMiddleware};
 use bearer_reload::source::FileSource;
 use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
+use bearer_reload::tonic::TlsChannel;
 use bearer_reload::{BearerLayer, StoreBuilder, TokenStore};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -235,10 +236,11 @@ type Hyper =
 
 type ToReplay = fn(tonic::body::Body) -> ReplayBody<tonic::body::Body>;
 
-/// tonic over `HttpsClient`: bodies made replayable, the token with the gRPC classifier.
+/// tonic over `TlsChannel`: bodies made replayable for the token's retry, the token with
+/// the gRPC classifier.
 type TonicStack = MapRequestBody<
     BearerService<
-        HttpsClient<ReplayBody<tonic::body::Body>>,
+        TlsChannel<ReplayBody<tonic::body::Body>>,
         GrpcUnauthenticated,
         RetryUnauthorized,
     >,
@@ -273,7 +275,9 @@ impl Client {
                 Client::Reqwest(client, url)
             }
             Kind::TonicUnary | Kind::TonicStreaming => {
-                let https = HttpsClient::new(cell.roots.clone()).identity(cell.identity.clone());
+                let origin = cell.server.url("").parse().unwrap();
+                let channel =
+                    TlsChannel::new(origin, cell.roots.clone()).identity(cell.identity.clone());
                 let stack = ServiceBuilder::new()
                     .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
                     .layer(
@@ -281,12 +285,8 @@ impl Client {
                             .classifier(GrpcUnauthenticated)
                             .retry_unauthorized(),
                     )
-                    .service(https);
-                let origin = cell.server.url("").parse().unwrap();
-                Client::Tonic(
-                    HealthClient::with_origin(stack, origin),
-                    kind == Kind::TonicStreaming,
-                )
+                    .service(channel);
+                Client::Tonic(HealthClient::new(stack), kind == Kind::TonicStreaming)
             }
             Kind::Kube => {
                 let config = kube::Config::new(cell.server.url("").parse().unwrap());

@@ -1,0 +1,520 @@
+//! [`TlsChannel`]: the calls of a tonic client on HTTP/2 connections made with the current
+//! client certificate and CA bundle, one connection per generation of them.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
+use hyper::client::conn::http2::{Builder, SendRequest};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioTimer;
+use rustls::pki_types::ServerName;
+use tower_service::Service;
+
+use super::connection::{Connection, Dial, Spawn};
+use crate::body::{ReplayBody, TryCloneBody};
+use crate::layer::refused::Refused;
+use crate::resend::clone_request;
+use crate::store::Certainty;
+use crate::sync::lock;
+use crate::tls::refusal::{Blame, blame};
+use crate::tls::stores::{Generations, Stores};
+use crate::tls::{IdentityStore, RootStore};
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// What goes out on a connection: the call's body, kept for a second attempt.
+type Body<B> = ReplayBody<B>;
+
+/// A tonic transport (a tower `Service` a generated client is built on, as on a
+/// `tonic::transport::Channel`) that makes its HTTP/2 connections with an
+/// [`IdentityStore`]'s current client certificate and a [`RootStore`]'s current CA bundle,
+/// and never sends a call that starts after either rotates on a connection made before.
+/// What [`HttpsClient`](crate::tls::HttpsClient) does for hyper-util, for gRPC:
+///
+/// - each generation of the credentials gets a connection of its own, dialled when its
+///   first call needs it (and again if it closes); calls in flight finish where they are,
+///   and the old connection closes once the last of them is done;
+/// - a handshake the server refuses for the certificate, a 401 on a connection already
+///   made, or a server certificate the bundle does not verify reloads the credential it
+///   points at, once for a burst of them, and the call is sent once more on a new
+///   connection (its request body is kept for that, up to 64 KiB: a longer client stream
+///   gets the refusal back);
+/// - a call the server did not process (refused by its `GOAWAY`, as a server that
+///   restarts sends) goes out again on a new connection; nothing else is sent twice.
+///
+/// Every call goes to `origin`, whatever the generated client's own origin: its scheme
+/// (`https`) and authority, verified as [`server_name`](Self::server_name) says. Put a
+/// [`BearerLayer`](crate::BearerLayer) with the
+/// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated) classifier in front of
+/// it for a token. By default it presents no client certificate, gives a TCP connect 30 s
+/// and keeps hyper's HTTP/2 settings; each setter returns the channel with no connection.
+///
+/// # Panics
+///
+/// [`new`](Self::new) panics when `origin` has no authority or a scheme other than
+/// `https`, as `tonic::transport::Endpoint::from_static` does for a URI that does not
+/// parse.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use bearer_reload::tonic::TlsChannel;
+/// use bearer_reload::tls::{IdentityStore, RootStore};
+/// use bearer_reload::source::FileSource;
+/// use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+///
+/// // An etcd client's certificate from cert-manager, and the CA of etcd's.
+/// let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
+/// let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
+/// let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots).identity(identity);
+/// let mut health = HealthClient::new(channel);
+/// let serving = health.check(HealthCheckRequest::default()).await?;
+/// # let _ = serving; Ok(()) }
+/// ```
+pub struct TlsChannel<B = tonic::body::Body> {
+    shared: Arc<Shared<B>>,
+    /// The connection of the generations this clone last called with, and its sender.
+    connection: Arc<Connection<Body<B>>>,
+    sender: Option<SendRequest<Body<B>>>,
+}
+
+impl<B> Clone for TlsChannel<B> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            connection: self.connection.clone(),
+            sender: self.sender.clone(),
+        }
+    }
+}
+
+impl<B> fmt::Debug for TlsChannel<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsChannel")
+            .field("origin", &self.shared.settings.origin)
+            .field("identity", &self.shared.stores.identity)
+            .field("roots", &self.shared.stores.roots)
+            .field("generations", &self.connection.generations)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<B> {
+    stores: Stores,
+    settings: Settings,
+    dial: Dial,
+    scheme: Scheme,
+    authority: Authority,
+    /// The connection of the newest generations seen.
+    current: Mutex<Arc<Connection<Body<B>>>>,
+}
+
+/// What a channel is built from, besides its stores.
+#[derive(Clone)]
+struct Settings {
+    origin: Uri,
+    server_name: Option<ServerName<'static>>,
+    connect_timeout: Option<Duration>,
+    http2: Builder<Spawn>,
+}
+
+impl<B> TlsChannel<B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// Calls to `origin` (`https://host:port`) on connections that trust `roots` and
+    /// present no client certificate. Nothing is dialled before the first call.
+    ///
+    /// # Panics
+    ///
+    /// When `origin` has no authority, or a scheme other than `https`.
+    pub fn new(origin: Uri, roots: RootStore) -> Self {
+        assert!(
+            origin.scheme() == Some(&Scheme::HTTPS) && origin.authority().is_some(),
+            "TlsChannel: the origin {origin} is not https://host[:port]"
+        );
+        let mut http2 = Builder::new(Spawn);
+        http2.timer(TokioTimer::new());
+        let stores = Stores {
+            identity: None,
+            roots,
+        };
+        let settings = Settings {
+            origin,
+            server_name: None,
+            connect_timeout: Some(Duration::from_secs(30)),
+            http2,
+        };
+        Self::build(stores, settings)
+    }
+
+    /// Presents `identity`'s client certificate at each handshake (none by default).
+    pub fn identity(self, identity: IdentityStore) -> Self {
+        self.with(|stores, _| stores.identity = Some(identity))
+    }
+
+    /// Verifies the server (and sends SNI) for `name` instead of the origin's host: a
+    /// server reached by address whose certificate names a host (tonic's
+    /// `ClientTlsConfig::domain_name`).
+    pub fn server_name(self, name: ServerName<'static>) -> Self {
+        self.with(|_, settings| settings.server_name = Some(name))
+    }
+
+    /// How long a TCP connect may take (30 s by default); `None` for no limit.
+    pub fn connect_timeout(self, timeout: Option<Duration>) -> Self {
+        self.with(|_, settings| settings.connect_timeout = timeout)
+    }
+
+    /// The same channel changed by `change`, with no connection yet.
+    fn with(self, change: impl FnOnce(&mut Stores, &mut Settings)) -> Self {
+        let (mut stores, mut settings) = (self.shared.stores.clone(), self.shared.settings.clone());
+        change(&mut stores, &mut settings);
+        Self::build(stores, settings)
+    }
+
+    fn build(stores: Stores, settings: Settings) -> Self {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(settings.connect_timeout);
+        let tls = HttpsConnectorBuilder::new()
+            .with_tls_config(stores.client_config())
+            .https_only();
+        let tls = match settings.server_name.clone() {
+            Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
+            None => tls,
+        };
+        let dial = Dial {
+            connector: tls.enable_http2().wrap_connector(http),
+            http2: settings.http2.clone(),
+            origin: settings.origin.clone(),
+        };
+        let connection = Arc::new(Connection::new(stores.generations()));
+        let (scheme, authority) = (
+            settings.origin.scheme().cloned().expect("checked by new"),
+            settings
+                .origin
+                .authority()
+                .cloned()
+                .expect("checked by new"),
+        );
+        TlsChannel {
+            shared: Arc::new(Shared {
+                stores,
+                settings,
+                dial,
+                scheme,
+                authority,
+                current: Mutex::new(connection.clone()),
+            }),
+            connection,
+            sender: None,
+        }
+    }
+}
+
+impl<B> Shared<B> {
+    /// The connection of `generations`, or of newer ones: a new one when they are newer
+    /// than the current one's.
+    #[cold]
+    fn connection_for(&self, generations: Generations) -> Arc<Connection<Body<B>>> {
+        let mut current = lock(&self.current);
+        let newer = generations.identity > current.generations.identity
+            || generations.roots > current.generations.roots;
+        if newer {
+            tracing::debug!(
+                identity = generations.identity,
+                roots = generations.roots,
+                "TLS credentials rotated: later gRPC calls go out on a new connection"
+            );
+            *current = Arc::new(Connection::new(generations));
+        }
+        current.clone()
+    }
+
+    /// The connection of the credentials current now.
+    fn connection_now(&self) -> Arc<Connection<Body<B>>> {
+        self.connection_for(self.stores.generations())
+    }
+
+    /// Puts the origin's scheme and authority on `req`'s URI.
+    fn address(&self, req: &mut Request<B>) {
+        let uri = req.uri_mut();
+        let mut parts = std::mem::take(uri).into_parts();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(PathAndQuery::from_static("/"));
+        }
+        *uri = Uri::from_parts(parts).expect("a scheme, an authority and a path make a URI");
+    }
+}
+
+impl<B> Service<Request<B>> for TlsChannel<B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Incoming>;
+    type Error = BoxError;
+    // Boxed: hyper's send future has no name, and a TLS round trip dwarfs the allocation.
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Incoming>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let now = self.shared.stores.generations();
+        if now != self.connection.generations {
+            self.connection = self.shared.connection_for(now);
+            self.sender = None;
+        }
+        if self.sender.as_ref().is_none_or(SendRequest::is_closed) {
+            self.sender = self.connection.open();
+        }
+        self.shared.address(&mut req);
+        let req = req.map(ReplayBody::new);
+        let replay = clone_request(&req);
+        let first = match self.sender.as_mut() {
+            Some(sender) => Ok(sender.try_send_request(req)),
+            None => Err(req),
+        };
+        Box::pin(respond(
+            self.shared.clone(),
+            self.connection.clone(),
+            first,
+            replay,
+        ))
+    }
+}
+
+/// Why an attempt failed.
+enum Failed<R> {
+    /// No connection could be made; the request was never sent.
+    Dial(Arc<io::Error>, R),
+    /// hyper's error, and the request when hyper gave it back unsent.
+    Send(hyper::Error, Option<R>),
+}
+
+/// Sends `req` on `connection`, dialling it if it has no open connection; if the
+/// connection closes before it takes the request, once more on a new one.
+async fn send<B>(
+    shared: &Shared<B>,
+    connection: &Connection<Body<B>>,
+    mut req: Request<Body<B>>,
+) -> Result<Response<Incoming>, Failed<Request<Body<B>>>>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut closed = false;
+    loop {
+        let mut sender = match connection.sender(&shared.dial).await {
+            Ok(sender) => sender,
+            Err(error) => return Err(Failed::Dial(error, req)),
+        };
+        match sender.try_send_request(req).await {
+            Ok(response) => return Ok(response),
+            Err(mut error) => match error.take_message() {
+                Some(back) if !closed => {
+                    closed = true;
+                    req = back;
+                }
+                back => return Err(Failed::Send(error.into_error(), back)),
+            },
+        }
+    }
+}
+
+/// A call: the first attempt (`first`: sent already, or the request when it waits for a
+/// connection), then what a refusal calls for.
+async fn respond<B, F>(
+    shared: Arc<Shared<B>>,
+    connection: Arc<Connection<Body<B>>>,
+    first: Result<F, Request<Body<B>>>,
+    replay: Option<Request<Body<B>>>,
+) -> Result<Response<Incoming>, BoxError>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<BoxError>,
+    F: Future<Output = Result<Response<Incoming>, TrySendError<Request<Body<B>>>>>,
+{
+    let outcome = match first {
+        Ok(fut) => match fut.await {
+            Ok(response) if response.status() != StatusCode::UNAUTHORIZED => return Ok(response),
+            Ok(response) => Ok(response),
+            Err(mut error) => match error.take_message() {
+                // The connection closed before it took the request: on a new one.
+                Some(back) => Box::pin(send(&shared, &connection, back)).await,
+                None => Err(Failed::Send(error.into_error(), None)),
+            },
+        },
+        Err(req) => Box::pin(send(&shared, &connection, req)).await,
+    };
+    // Boxed, as the sends above: the future of every call is as large as its largest step.
+    Box::pin(recover(shared, connection.generations, outcome, replay)).await
+}
+
+/// What follows the first attempt's `outcome`, on connections of generations `sent`: the
+/// answer, or after a refusal the reload and a second attempt.
+async fn recover<B>(
+    shared: Arc<Shared<B>>,
+    sent: Generations,
+    outcome: Result<Response<Incoming>, Failed<Request<Body<B>>>>,
+    replay: Option<Request<Body<B>>>,
+) -> Result<Response<Incoming>, BoxError>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (refused, answer, unsent) = match outcome {
+        Ok(response) if response.status() != StatusCode::UNAUTHORIZED => return Ok(response),
+        // A server that refuses a certificate on a connection already made answers so.
+        Ok(response) => (Blame::Identity, Answer::Response(response), None),
+        Err(Failed::Dial(error, req)) => match blame(&*error) {
+            Some(blame) => (
+                blame,
+                Answer::Failed(shared.error(Failed::Dial(error, ()))),
+                Some(req),
+            ),
+            None => return Err(shared.error(Failed::Dial(error, ()))),
+        },
+        Err(Failed::Send(error, back)) => {
+            if not_processed(&error) {
+                // A stream the server's GOAWAY (or a REFUSED_STREAM) turned away: once more,
+                // on the connection of the credentials current now.
+                let req = back.or_else(|| replay.filter(|r| r.body().start_replay()));
+                let Some(req) = req else {
+                    return Err(shared.error(Failed::Send::<()>(error, None)));
+                };
+                let connection = shared.connection_now();
+                let outcome = send(&shared, &connection, req).await;
+                return outcome.map_err(|failed| shared.error(failed));
+            }
+            match blame(&error) {
+                Some(blame) => (
+                    blame,
+                    Answer::Failed(shared.error(Failed::Send::<()>(error, None))),
+                    back,
+                ),
+                None => return Err(shared.error(Failed::Send::<()>(error, None))),
+            }
+        }
+    };
+    let Some((store, sent)) = shared.stores.refused_store(refused, sent) else {
+        return answer.into_outcome();
+    };
+    let fresh = unsent.is_some();
+    let Some(req) = unsent.or(replay) else {
+        // The reload starts for the calls that follow; this one gets its answer.
+        store.reload_after_refusal(sent, Certainty::Certain);
+        return answer.into_outcome();
+    };
+    let mut after = std::pin::pin!(store.after(sent, Certainty::Certain, answer));
+    let replayable = |req: &Request<Body<B>>| fresh || req.body().start_replay();
+    if let Err(answer) =
+        std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || replayable(&req))).await
+    {
+        return answer.into_outcome();
+    }
+    // The connection of the credentials current now: made with the new one.
+    let connection = shared.connection_now();
+    store.count_retried();
+    let outcome = send(&shared, &connection, req).await;
+    store.count_resent(is_refusal(&outcome));
+    outcome.map_err(|failed| shared.error(failed))
+}
+
+impl<B> Shared<B> {
+    /// A failure as the call's error, naming the origin.
+    fn error<R>(&self, failed: Failed<R>) -> BoxError {
+        let origin = self.settings.origin.clone();
+        match failed {
+            Failed::Dial(source, _) => Error::Connect { origin, source }.into(),
+            Failed::Send(source, _) => Error::Call { origin, source }.into(),
+        }
+    }
+}
+
+/// Whether a second attempt was refused again.
+fn is_refusal<R>(outcome: &Result<Response<Incoming>, Failed<R>>) -> bool {
+    match outcome {
+        Ok(response) => response.status() == StatusCode::UNAUTHORIZED,
+        Err(Failed::Dial(error, _)) => blame(&**error).is_some(),
+        Err(Failed::Send(error, _)) => blame(error).is_some(),
+    }
+}
+
+/// Whether the server said it did not process the stream: a graceful `GOAWAY` that came
+/// before it (RFC 9113, section 6.8), or `REFUSED_STREAM`.
+fn not_processed(error: &hyper::Error) -> bool {
+    let mut next: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = next {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            let goaway = h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR);
+            let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+            return h2.is_remote() && (goaway || refused);
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// A call's error.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("cannot connect to {origin}")]
+    Connect {
+        origin: Uri,
+        #[source]
+        source: Arc<io::Error>,
+    },
+    #[error("the call to {origin} failed")]
+    Call {
+        origin: Uri,
+        #[source]
+        source: hyper::Error,
+    },
+}
+
+/// What came back refused: a 401, or an error.
+enum Answer {
+    Response(Response<Incoming>),
+    Failed(BoxError),
+}
+
+impl Answer {
+    fn into_outcome(self) -> Result<Response<Incoming>, BoxError> {
+        match self {
+            Answer::Response(response) => Ok(response),
+            Answer::Failed(error) => Err(error),
+        }
+    }
+}
+
+impl Refused for Answer {
+    type Body = Either<Incoming, Empty<Bytes>>;
+
+    fn into_body(self) -> Self::Body {
+        match self {
+            Answer::Response(response) => Either::Left(response.into_body()),
+            Answer::Failed(_) => Either::Right(Empty::new()),
+        }
+    }
+}
