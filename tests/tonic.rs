@@ -1,0 +1,200 @@
+//! `tonic::TlsChannel`'s own behaviours, against real servers: one dial for a burst of
+//! first calls, a stream the server refused (`REFUSED_STREAM`: never processed) sent again
+//! with its body while any other reset is not, and a dial that fails naming the origin.
+//! Rotations and refusals of each credential are the matrix's (`tests/conformance`).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bearer_reload::source::FileSource;
+use bearer_reload::tls::{IdentityStore, RootStore};
+use bearer_reload::tonic::TlsChannel;
+use bytes::Bytes;
+use support::mtls::MtlsServer;
+use support::pki::Ca;
+use support::tls::TestCa;
+use tokio::net::TcpListener;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+use tower::ServiceExt;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+async fn roots_of(dir: &std::path::Path, pem: &str) -> RootStore {
+    let path = dir.join("ca.crt");
+    std::fs::write(&path, pem).unwrap();
+    RootStore::builder(FileSource::new(path))
+        .load()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_burst_of_first_calls_makes_one_connection() {
+    support::tls::install_ring();
+    let (server_ca, clients) = (Ca::new("server"), Ca::new("clients"));
+    let server = MtlsServer::start(&clients, &server_ca.server()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = clients.client("burst", HOUR);
+    std::fs::write(dir.path().join("tls.crt"), &client.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &client.key_pem).unwrap();
+    let identity = IdentityStore::files(dir.path().join("tls.crt"), dir.path().join("tls.key"))
+        .load()
+        .await
+        .unwrap();
+    let roots = roots_of(dir.path(), &server_ca.pem()).await;
+    let channel = TlsChannel::new(server.url("").parse().unwrap(), roots).identity(identity);
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let mut health = HealthClient::new(channel.clone());
+            tokio::spawn(async move { health.check(HealthCheckRequest::default()).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(server.connections(), 1, "one dial for every first call");
+    assert_eq!(server.arrivals().len(), 16);
+}
+
+/// How the raw HTTP/2 server answers each stream, in order.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// `RST_STREAM` with this reason, after reading the request body.
+    Reset(h2::Reason),
+    /// A gRPC health `SERVING`.
+    Serve,
+}
+
+/// An HTTP/2 server over TLS (h2 directly, to reset streams as a server may) that answers
+/// its streams as `script` says and records each request body.
+async fn h2_server(ca: &TestCa, script: Vec<Answer>) -> (String, Arc<Mutex<Vec<Bytes>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let acceptor = ca.acceptor();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    tokio::spawn(async move {
+        let script = Arc::new(Mutex::new(script.into_iter()));
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (acceptor, script, seen) = (acceptor.clone(), script.clone(), seen.clone());
+            tokio::spawn(async move {
+                let tls = acceptor.accept(tcp).await.unwrap();
+                let mut connection = h2::server::handshake(tls).await.unwrap();
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let answer = script.lock().unwrap().next().unwrap_or(Answer::Serve);
+                    let (script_seen, body) = (seen.clone(), request.into_body());
+                    tokio::spawn(async move {
+                        let body = read(body).await;
+                        script_seen.lock().unwrap().push(body);
+                        match answer {
+                            Answer::Reset(reason) => respond.send_reset(reason),
+                            Answer::Serve => serve(&mut respond),
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (url, bodies)
+}
+
+async fn read(mut body: h2::RecvStream) -> Bytes {
+    let mut all = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        all.extend_from_slice(&chunk);
+    }
+    Bytes::from(all)
+}
+
+fn serve(respond: &mut h2::server::SendResponse<Bytes>) {
+    let response = http::Response::builder()
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let mut stream = respond.send_response(response, false).unwrap();
+    // HealthCheckResponse { status: SERVING }, framed uncompressed.
+    stream
+        .send_data(Bytes::from_static(&[0, 0, 0, 0, 2, 0x08, 0x01]), false)
+        .unwrap();
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    stream.send_trailers(trailers).unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_stream_is_sent_again_with_its_body_and_no_other_reset_is() {
+    support::tls::install_ring();
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let request = HealthCheckRequest {
+        service: "inventory".into(),
+    };
+
+    // REFUSED_STREAM: the server did not process it, so the call goes again, whole.
+    let script = vec![Answer::Reset(h2::Reason::REFUSED_STREAM), Answer::Serve];
+    let (url, bodies) = h2_server(&ca, script).await;
+    let roots = roots_of(dir.path(), ca.ca_pem()).await;
+    let mut health = HealthClient::new(TlsChannel::new(url.parse().unwrap(), roots.clone()));
+    health.check(request.clone()).await.unwrap();
+    let bodies = bodies.lock().unwrap().clone();
+    assert_eq!(
+        bodies.len(),
+        2,
+        "the refused stream and the call sent again"
+    );
+    assert!(!bodies[0].is_empty());
+    assert_eq!(bodies[0], bodies[1], "the same body, replayed");
+
+    // Any other reset may come after the server acted: the call's error, sent once.
+    let script = vec![Answer::Reset(h2::Reason::INTERNAL_ERROR), Answer::Serve];
+    let (url, bodies) = h2_server(&ca, script).await;
+    let mut health = HealthClient::new(TlsChannel::new(url.parse().unwrap(), roots));
+    let status = health.check(request).await.unwrap_err();
+    assert_eq!(bodies.lock().unwrap().len(), 1, "not sent again: {status}");
+}
+
+#[tokio::test]
+async fn a_dial_that_fails_names_the_origin() {
+    support::tls::install_ring();
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let roots = roots_of(dir.path(), ca.ca_pem()).await;
+    // A port nothing listens on any more.
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let origin = format!("https://127.0.0.1:{port}");
+    let channel = TlsChannel::new(origin.parse().unwrap(), roots);
+    let request = http::Request::post("/grpc.health.v1.Health/Check")
+        .body(tonic::body::Body::empty())
+        .unwrap();
+    let error = channel.oneshot(request).await.unwrap_err();
+    let chain = support::chain(&*error);
+    assert!(
+        chain.starts_with(&format!("cannot connect to {origin}/: ")),
+        "{chain}"
+    );
+}
+
+#[test]
+#[should_panic(expected = "the origin http://localhost:8080/ is not https://host[:port]")]
+fn an_origin_that_is_not_https_is_refused_at_once() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let roots = runtime.block_on(roots_of(dir.path(), ca.ca_pem()));
+    let _ = TlsChannel::<tonic::body::Body>::new("http://localhost:8080".parse().unwrap(), roots);
+}
