@@ -99,6 +99,10 @@ struct Args {
     /// How long each run lasts, in milliseconds (one run of ours and one of plain per round).
     #[arg(long, default_value_t = 200)]
     run_ms: u64,
+    /// How long the warm-up run lasts, in milliseconds (`--run-ms` by default):
+    /// `benches/https_instructions.sh` keeps it the same at two run lengths.
+    #[arg(long)]
+    warmup_ms: Option<u64>,
     /// Concurrent requests.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -384,7 +388,8 @@ async fn measure(name: &str, pki: &Pki, server: &MtlsServer, args: &Args) -> Res
             continue;
         }
         versions.push(client.clone().call().await?);
-        let (_, done) = run(client, duration, args.concurrency).await?;
+        let warmup = Duration::from_millis(args.warmup_ms.unwrap_or(args.run_ms));
+        let (_, done) = run(client, warmup, args.concurrency).await?;
         warmed.push(1 + done);
         made.push(server.connections() - before);
     }

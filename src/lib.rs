@@ -87,6 +87,7 @@
 //! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, with the TLS your own kube dependency turns on); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
 //! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
 //! | `tls` | [`tls`] | client certificates ([`tls::IdentityStore`]) and CA bundles ([`tls::RootStore`]) that rotate, a rustls resolver and verifier over them, and [`tls::HttpsClient`], which retires its connections on rotation; certificate users in [`kube::Credentials`] |
+//! | `tonic` | [`tonic`] | [`tonic::TlsChannel`]: a tonic transport whose connections present the current client certificate and trust the current CA bundle, made anew on rotation (turns on `tls`) |
 //! | `oauth2` | [`oauth2`] | OAuth 2.0 service tokens: the client-credentials grant and token exchange as sources |
 //! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
 //! | `testing` | [`testing`] | a kubelet-faithful token writer for your own tests; [`StoreBuilder::simulated_clock`] |
@@ -155,6 +156,10 @@
 )]
 #![cfg_attr(feature = "tls", doc = "[TLS providers]: tls#tls-providers")]
 #![cfg_attr(not(feature = "oauth2"), doc = "[`oauth2`]: #feature-flags")]
+#![cfg_attr(
+    not(feature = "tonic"),
+    doc = "[`tonic`]: #feature-flags\n[`tonic::TlsChannel`]: #feature-flags"
+)]
 #![cfg_attr(
     not(feature = "testing"),
     doc = "[`testing`]: #feature-flags\n[`StoreBuilder::simulated_clock`]: #feature-flags"

@@ -82,20 +82,18 @@
 //!   request goes out on a `reqwest::Client` made for the credentials current now (its own
 //!   pool, built again on rotation), and a refused handshake or a 401 reloads and sends it
 //!   again, as here.
-//! - **tonic**: an `HttpsClient` is a tonic transport: give a generated client
-//!   (`with_origin`) the `HttpsClient` with tonic's bodies made replayable, and a
-//!   [`BearerLayer`](crate::BearerLayer) with the gRPC classifier for a token. Unary and
-//!   streaming calls go over HTTP/2 (by ALPN), a call that starts after a rotation on a new
-//!   connection.
+//! - **tonic**: [`tonic::TlsChannel`](crate::tonic::TlsChannel) (feature `tonic`), the
+//!   transport a generated client is built on instead of a `Channel`: each generation of
+//!   the credentials gets an HTTP/2 connection of its own, a call that starts after a
+//!   rotation goes out on the new one, and a refused handshake or a 401 reloads and sends
+//!   the call again, as here.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use bearer_reload::body::ReplayBody;
 //! use bearer_reload::reqwest::TlsMiddleware;
 //! use bearer_reload::source::FileSource;
-//! use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
-//! use tower::ServiceBuilder;
-//! use tower_http::map_request_body::MapRequestBodyLayer;
+//! use bearer_reload::tls::{IdentityStore, RootStore};
+//! use bearer_reload::tonic::TlsChannel;
 //!
 //! let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 //! let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
@@ -107,13 +105,9 @@
 //!     .build();
 //! let health = client.get("https://vault.internal:8200/v1/sys/health").send().await?;
 //!
-//! // tonic: any generated client over the HttpsClient.
-//! type ToReplay = fn(tonic::body::Body) -> ReplayBody<tonic::body::Body>;
-//! let channel = ServiceBuilder::new()
-//!     .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
-//!     .service(HttpsClient::new(roots).identity(identity));
-//! let origin = "https://etcd.internal:2379".parse()?;
-//! let mut grpc = tonic_health::pb::health_client::HealthClient::with_origin(channel, origin);
+//! // tonic: any generated client over the channel.
+//! let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots).identity(identity);
+//! let mut grpc = tonic_health::pb::health_client::HealthClient::new(channel);
 //! let serving = grpc.check(tonic_health::pb::HealthCheckRequest::default()).await?;
 //! # let _ = (health, serving); Ok(()) }
 //! ```

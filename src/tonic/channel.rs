@@ -35,9 +35,6 @@ use crate::tls::{IdentityStore, RootStore};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// What goes out on a connection: the call's body, kept for a second attempt.
-type Body<B> = ReplayBody<B>;
-
 /// A tonic transport (a tower `Service` a generated client is built on, as on a
 /// `tonic::transport::Channel`) that makes its HTTP/2 connections with an
 /// [`IdentityStore`]'s current client certificate and a [`RootStore`]'s current CA bundle,
@@ -56,11 +53,13 @@ type Body<B> = ReplayBody<B>;
 ///   restarts sends) goes out again on a new connection; nothing else is sent twice.
 ///
 /// Every call goes to `origin`, whatever the generated client's own origin: its scheme
-/// (`https`) and authority, verified as [`server_name`](Self::server_name) says. Put a
-/// [`BearerLayer`](crate::BearerLayer) with the
-/// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated) classifier in front of
-/// it for a token. By default it presents no client certificate, gives a TCP connect 30 s
-/// and keeps hyper's HTTP/2 settings; each setter returns the channel with no connection.
+/// (`https`) and authority, verified as [`server_name`](Self::server_name) says. Calls are
+/// not buffered: each goes straight to the connection, and HTTP/2's limit on concurrent
+/// streams queues the rest. For a token, put a [`BearerLayer`](crate::BearerLayer) with
+/// the [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated) classifier in front
+/// (with `retry_unauthorized`, the bodies made replayable in front of it, as the
+/// [`body`](crate::body) module shows). By default it presents no client certificate and
+/// gives a TCP connect 30 s; each setter returns the channel with no connection.
 ///
 /// # Panics
 ///
@@ -88,8 +87,8 @@ type Body<B> = ReplayBody<B>;
 pub struct TlsChannel<B = tonic::body::Body> {
     shared: Arc<Shared<B>>,
     /// The connection of the generations this clone last called with, and its sender.
-    connection: Arc<Connection<Body<B>>>,
-    sender: Option<SendRequest<Body<B>>>,
+    connection: Arc<Connection<ReplayBody<B>>>,
+    sender: Option<SendRequest<ReplayBody<B>>>,
 }
 
 impl<B> Clone for TlsChannel<B> {
@@ -120,7 +119,7 @@ struct Shared<B> {
     scheme: Scheme,
     authority: Authority,
     /// The connection of the newest generations seen.
-    current: Mutex<Arc<Connection<Body<B>>>>,
+    current: Mutex<Arc<Connection<ReplayBody<B>>>>,
 }
 
 /// What a channel is built from, besides its stores.
@@ -232,7 +231,7 @@ impl<B> Shared<B> {
     /// The connection of `generations`, or of newer ones: a new one when they are newer
     /// than the current one's.
     #[cold]
-    fn connection_for(&self, generations: Generations) -> Arc<Connection<Body<B>>> {
+    fn connection_for(&self, generations: Generations) -> Arc<Connection<ReplayBody<B>>> {
         let mut current = lock(&self.current);
         let newer = generations.identity > current.generations.identity
             || generations.roots > current.generations.roots;
@@ -248,7 +247,7 @@ impl<B> Shared<B> {
     }
 
     /// The connection of the credentials current now.
-    fn connection_now(&self) -> Arc<Connection<Body<B>>> {
+    fn connection_now(&self) -> Arc<Connection<ReplayBody<B>>> {
         self.connection_for(self.stores.generations())
     }
 
@@ -316,9 +315,9 @@ enum Failed<R> {
 /// connection closes before it takes the request, once more on a new one.
 async fn send<B>(
     shared: &Shared<B>,
-    connection: &Connection<Body<B>>,
-    mut req: Request<Body<B>>,
-) -> Result<Response<Incoming>, Failed<Request<Body<B>>>>
+    connection: &Connection<ReplayBody<B>>,
+    mut req: Request<ReplayBody<B>>,
+) -> Result<Response<Incoming>, Failed<Request<ReplayBody<B>>>>
 where
     B: http_body::Body + Send + 'static,
     B::Error: Into<BoxError>,
@@ -346,14 +345,14 @@ where
 /// connection), then what a refusal calls for.
 async fn respond<B, F>(
     shared: Arc<Shared<B>>,
-    connection: Arc<Connection<Body<B>>>,
-    first: Result<F, Request<Body<B>>>,
-    replay: Option<Request<Body<B>>>,
+    connection: Arc<Connection<ReplayBody<B>>>,
+    first: Result<F, Request<ReplayBody<B>>>,
+    replay: Option<Request<ReplayBody<B>>>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
     B::Error: Into<BoxError>,
-    F: Future<Output = Result<Response<Incoming>, TrySendError<Request<Body<B>>>>>,
+    F: Future<Output = Result<Response<Incoming>, TrySendError<Request<ReplayBody<B>>>>>,
 {
     let outcome = match first {
         Ok(fut) => match fut.await {
@@ -376,8 +375,8 @@ where
 async fn recover<B>(
     shared: Arc<Shared<B>>,
     sent: Generations,
-    outcome: Result<Response<Incoming>, Failed<Request<Body<B>>>>,
-    replay: Option<Request<Body<B>>>,
+    outcome: Result<Response<Incoming>, Failed<Request<ReplayBody<B>>>>,
+    replay: Option<Request<ReplayBody<B>>>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -390,10 +389,10 @@ where
         Err(Failed::Dial(error, req)) => match blame(&*error) {
             Some(blame) => (
                 blame,
-                Answer::Failed(shared.error(Failed::Dial(error, ()))),
+                Answer::Failed(shared.connect_error(error)),
                 Some(req),
             ),
-            None => return Err(shared.error(Failed::Dial(error, ()))),
+            None => return Err(shared.connect_error(error)),
         },
         Err(Failed::Send(error, back)) => {
             if not_processed(&error) {
@@ -401,19 +400,15 @@ where
                 // on the connection of the credentials current now.
                 let req = back.or_else(|| replay.filter(|r| r.body().start_replay()));
                 let Some(req) = req else {
-                    return Err(shared.error(Failed::Send::<()>(error, None)));
+                    return Err(shared.call_error(error));
                 };
                 let connection = shared.connection_now();
                 let outcome = send(&shared, &connection, req).await;
                 return outcome.map_err(|failed| shared.error(failed));
             }
             match blame(&error) {
-                Some(blame) => (
-                    blame,
-                    Answer::Failed(shared.error(Failed::Send::<()>(error, None))),
-                    back,
-                ),
-                None => return Err(shared.error(Failed::Send::<()>(error, None))),
+                Some(blame) => (blame, Answer::Failed(shared.call_error(error)), back),
+                None => return Err(shared.call_error(error)),
             }
         }
     };
@@ -427,7 +422,7 @@ where
         return answer.into_outcome();
     };
     let mut after = std::pin::pin!(store.after(sent, Certainty::Certain, answer));
-    let replayable = |req: &Request<Body<B>>| fresh || req.body().start_replay();
+    let replayable = |req: &Request<ReplayBody<B>>| fresh || req.body().start_replay();
     if let Err(answer) =
         std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || replayable(&req))).await
     {
@@ -444,11 +439,20 @@ where
 impl<B> Shared<B> {
     /// A failure as the call's error, naming the origin.
     fn error<R>(&self, failed: Failed<R>) -> BoxError {
-        let origin = self.settings.origin.clone();
         match failed {
-            Failed::Dial(source, _) => Error::Connect { origin, source }.into(),
-            Failed::Send(source, _) => Error::Call { origin, source }.into(),
+            Failed::Dial(source, _) => self.connect_error(source),
+            Failed::Send(source, _) => self.call_error(source),
         }
+    }
+
+    fn connect_error(&self, source: Arc<io::Error>) -> BoxError {
+        let origin = self.settings.origin.clone();
+        Error::Connect { origin, source }.into()
+    }
+
+    fn call_error(&self, source: hyper::Error) -> BoxError {
+        let origin = self.settings.origin.clone();
+        Error::Call { origin, source }.into()
     }
 }
 
