@@ -49,17 +49,17 @@ run() {
 
 # "instructions-per-request connections" of variant $2 of pair $1.
 per_request() {
-    local short long
+    local pair=$1 variant=$2 short long
     for _ in 1 2 3 4 5; do
-        short=$(run "$1" "$2" 300)
-        long=$(run "$1" "$2" 2500)
+        short=$(run "$pair" "$variant" 300)
+        long=$(run "$pair" "$variant" 2500)
         set -- $short $long
         if [ "$3" = "$6" ]; then
             echo "$(( ($5 - $2) / ($4 - $1) )) $3"
             return
         fi
     done
-    echo "pair $1 variant $2: the runs kept making different numbers of connections" >&2
+    echo "pair $pair variant $variant: the runs kept making different numbers of connections" >&2
     exit 1
 }
 

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
-use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Builder, Client, Error};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -29,7 +29,7 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{Dialled, Tagging, Verdict};
+use super::connect::{Dialled, Serves, Tagging, Verdict, https_connector};
 use super::refusal::{Blame, blame};
 use super::stores::{Blamed, Generations, Stores};
 use super::{IdentityStore, RootStore};
@@ -194,19 +194,14 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(settings.connect_timeout);
-        let tls = HttpsConnectorBuilder::new()
-            .with_tls_config(stores.client_config())
-            .https_or_http();
-        let tls = match settings.server_name.clone() {
-            Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
-            None => tls,
-        };
+        let inner = https_connector(
+            &stores,
+            settings.server_name.clone(),
+            settings.connect_timeout,
+            Serves::Any,
+        );
         let connector = Tagging {
-            inner: tls.enable_all_versions().wrap_connector(http),
+            inner,
             stores: stores.clone(),
         };
         let pool = Arc::new(Pool {

@@ -12,14 +12,61 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll, ready};
 
+use std::time::Duration;
+
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use pin_project_lite::pin_project;
+use rustls::pki_types::ServerName;
 use tower_service::Service;
 
 use super::refusal::{Blame, blame};
 use super::stores::{Generations, Stores};
+
+/// What a connector's connections carry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Serves {
+    /// `http` and `https` URIs, HTTP/1.1 and HTTP/2 as the server chooses by ALPN.
+    Any,
+    /// `https` URIs, HTTP/2 alone (gRPC).
+    #[cfg_attr(
+        not(feature = "tonic"),
+        expect(dead_code, reason = "feature tonic's TlsChannel")
+    )]
+    Http2,
+}
+
+/// The TCP and TLS connector of a client with `stores`: TLS with their current
+/// credentials, the server verified as `server_name` (else each URI's host) says, TCP with
+/// `TCP_NODELAY` and `connect_timeout`.
+pub(crate) fn https_connector(
+    stores: &Stores,
+    server_name: Option<ServerName<'static>>,
+    connect_timeout: Option<Duration>,
+    serves: Serves,
+) -> HttpsConnector<HttpConnector> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(connect_timeout);
+    let tls = HttpsConnectorBuilder::new().with_tls_config(stores.client_config());
+    let tls = match serves {
+        Serves::Any => tls.https_or_http(),
+        Serves::Http2 => tls.https_only(),
+    };
+    let tls = match server_name {
+        Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
+        None => tls,
+    };
+    let tls = match serves {
+        Serves::Any => tls.enable_all_versions(),
+        Serves::Http2 => tls.enable_http2(),
+    };
+    tls.wrap_connector(http)
+}
 
 /// Tags the connections of `inner` with the generations of `stores`.
 #[derive(Debug, Clone)]

@@ -122,7 +122,7 @@
 
 mod certificate;
 mod client;
-mod connect;
+pub(crate) mod connect;
 mod error;
 mod identity;
 mod provider;

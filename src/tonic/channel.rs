@@ -17,8 +17,6 @@ use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::client::conn::TrySendError;
 use hyper::client::conn::http2::{Builder, SendRequest};
-use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioTimer;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
@@ -29,6 +27,7 @@ use crate::layer::refused::Refused;
 use crate::resend::clone_request;
 use crate::store::Certainty;
 use crate::sync::lock;
+use crate::tls::connect::{Serves, https_connector};
 use crate::tls::refusal::{Blame, blame};
 use crate::tls::stores::{Generations, Stores};
 use crate::tls::{IdentityStore, RootStore};
@@ -187,19 +186,13 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(settings.connect_timeout);
-        let tls = HttpsConnectorBuilder::new()
-            .with_tls_config(stores.client_config())
-            .https_only();
-        let tls = match settings.server_name.clone() {
-            Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
-            None => tls,
-        };
         let dial = Dial {
-            connector: tls.enable_http2().wrap_connector(http),
+            connector: https_connector(
+                &stores,
+                settings.server_name.clone(),
+                settings.connect_timeout,
+                Serves::Http2,
+            ),
             http2: settings.http2.clone(),
             origin: settings.origin.clone(),
         };
