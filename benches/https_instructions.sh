@@ -10,8 +10,9 @@
 # Each variant runs alone (`--variants`) in one process, at two run lengths; the
 # difference of callgrind's totals over the difference of the requests sent is its
 # instructions per request, so set-up (certificates, stores, handshakes, warm-up) cancels
-# out: the warm-up lasts the same at both lengths, and a pair of runs whose connections
-# differ in number (each TLS handshake is millions of instructions) is measured again.
+# out: one request at a time (so one connection, for HTTP/1.1 too), the warm-up the same
+# at both lengths, and a pair of runs whose connections still differ in number (each TLS
+# handshake is millions of instructions) measured again.
 # Client and server are in the one process, so a request's count holds the server's
 # side too (the same for both). Prints per pair
 #
@@ -33,7 +34,7 @@ pairs=${*:-hyper-util-h1 hyper-util-h2 reqwest tonic}
 run() {
     local out
     out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" --only "$1" \
-        --processes 1 --variants "$2" --rounds 1 --run-ms "$3" --warmup-ms 300 --verbose 2>&1)
+        --processes 1 --variants "$2" --rounds 1 --run-ms "$3" --warmup-ms 300 --concurrency 1 --verbose 2>&1)
     local requests instructions connections
     requests=$(echo "$out" | sed -n 's/.*requests sent (warm-up included): \[\(.*\)\].*/\1/p' |
         tr -d ' ' | tr ',' '+' | bc)

@@ -57,6 +57,21 @@ async fn a_burst_of_first_calls_makes_one_connection() {
     }
     assert_eq!(server.connections(), 1, "one dial for every first call");
     assert_eq!(server.arrivals().len(), 16);
+    // Its Debug names the origin and the generations, and holds no key.
+    let shown = format!("{channel:?}");
+    assert!(
+        shown.starts_with("TlsChannel { origin: https://localhost:"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("generations: Generations { identity: 1, roots: 1 }"),
+        "{shown}"
+    );
+    let key_line = client.key_pem.lines().nth(1).unwrap();
+    assert!(
+        !shown.contains(key_line) && !shown.contains("PRIVATE KEY"),
+        "{shown}"
+    );
 }
 
 /// How the raw HTTP/2 server answers each stream, in order.
