@@ -202,7 +202,7 @@ where
         );
         let connector = Tagging {
             inner,
-            stores: stores.clone(),
+            stores: Arc::new(stores.clone()),
         };
         let pool = Arc::new(Pool {
             generations: stores.generations(),
@@ -421,9 +421,10 @@ pin_project! {
     #[project = StateProj]
     enum State {
         First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
+        // Boxed: the refusal's steps are larger than the rest of the future together,
+        // and every request's future would carry their room.
         Refused {
-            #[pin]
-            after: AfterRefusal<Answer, Either<Incoming, Empty<Bytes>>>,
+            after: Pin<Box<AfterRefusal<Answer, Either<Incoming, Empty<Bytes>>>>>,
             store: Blamed,
         },
         Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, store: Blamed },
@@ -466,12 +467,15 @@ where
                         Err(error) => Answer::Error(error),
                     };
                     let after = store.after(sent, refusal.certainty(), answer);
-                    this.state.set(State::Refused { after, store });
+                    this.state.set(State::Refused {
+                        after: Box::pin(after),
+                        store,
+                    });
                 }
                 StateProj::Refused { after, store } => {
                     let replay = &mut *this.replay;
                     let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
-                    if let Err(answer) = ready!(after.poll_with(cx, replayable)) {
+                    if let Err(answer) = ready!(after.as_mut().poll_with(cx, replayable)) {
                         return Poll::Ready(answer.into_outcome());
                     }
                     let store = store.clone();

@@ -72,7 +72,8 @@ pub(crate) fn https_connector(
 #[derive(Debug, Clone)]
 pub(crate) struct Tagging<C> {
     pub(crate) inner: C,
-    pub(crate) stores: Stores,
+    /// Shared: hyper-util clones its connector for every request.
+    pub(crate) stores: Arc<Stores>,
 }
 
 impl<C: Service<Uri>> Service<Uri> for Tagging<C> {
@@ -102,7 +103,7 @@ pin_project! {
         #[pin]
         fut: F,
         tag: Generations,
-        stores: Option<Stores>,
+        stores: Option<Arc<Stores>>,
     }
 }
 
@@ -179,7 +180,7 @@ pin_project! {
         #[pin]
         io: T,
         dialled: Dialled,
-        stores: Stores,
+        stores: Arc<Stores>,
     }
 }
 
@@ -276,7 +277,7 @@ mod tests {
                 generations: stores.generations(),
                 state: Arc::default(),
             },
-            stores,
+            stores: Arc::new(stores),
         }
     }
 
@@ -454,7 +455,7 @@ mod tests {
         let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut tagging = Tagging {
             inner: Gate(open.clone()),
-            stores: stores().await,
+            stores: Arc::new(stores().await),
         };
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
