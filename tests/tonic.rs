@@ -79,6 +79,9 @@ async fn a_burst_of_first_calls_makes_one_connection() {
 enum Answer {
     /// `RST_STREAM` with this reason, after reading the request body.
     Reset(h2::Reason),
+    /// A graceful `GOAWAY` before any stream: the server processes none of this
+    /// connection's (only the first answer of a script may be this one).
+    GoAway,
     /// A gRPC health `SERVING`.
     Serve,
 }
@@ -102,6 +105,11 @@ async fn h2_server(ca: &TestCa, script: Vec<Answer>) -> (String, Arc<Mutex<Vec<B
             tokio::spawn(async move {
                 let tls = acceptor.accept(tcp).await.unwrap();
                 let mut connection = h2::server::handshake(tls).await.unwrap();
+                let first = script.lock().unwrap().as_slice().first().copied();
+                if let Some(Answer::GoAway) = first {
+                    script.lock().unwrap().next();
+                    connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+                }
                 while let Some(Ok((request, mut respond))) = connection.accept().await {
                     let answer = script.lock().unwrap().next().unwrap_or(Answer::Serve);
                     let (script_seen, body) = (seen.clone(), request.into_body());
@@ -110,7 +118,7 @@ async fn h2_server(ca: &TestCa, script: Vec<Answer>) -> (String, Arc<Mutex<Vec<B
                         script_seen.lock().unwrap().push(body);
                         match answer {
                             Answer::Reset(reason) => respond.send_reset(reason),
-                            Answer::Serve => serve(&mut respond),
+                            Answer::Serve | Answer::GoAway => serve(&mut respond),
                         }
                     });
                 }
@@ -169,12 +177,108 @@ async fn a_refused_stream_is_sent_again_with_its_body_and_no_other_reset_is() {
     assert!(!bodies[0].is_empty());
     assert_eq!(bodies[0], bodies[1], "the same body, replayed");
 
+    // A graceful GOAWAY that came before the call: sent again, on a new connection.
+    let (url, bodies) = h2_server(&ca, vec![Answer::GoAway, Answer::Serve]).await;
+    let mut health = HealthClient::new(TlsChannel::new(url.parse().unwrap(), roots.clone()));
+    health.check(request.clone()).await.unwrap();
+    assert_eq!(
+        bodies.lock().unwrap().len(),
+        1,
+        "processed once, by the second connection"
+    );
+
     // Any other reset may come after the server acted: the call's error, sent once.
-    let script = vec![Answer::Reset(h2::Reason::INTERNAL_ERROR), Answer::Serve];
-    let (url, bodies) = h2_server(&ca, script).await;
-    let mut health = HealthClient::new(TlsChannel::new(url.parse().unwrap(), roots));
-    let status = health.check(request).await.unwrap_err();
-    assert_eq!(bodies.lock().unwrap().len(), 1, "not sent again: {status}");
+    for reason in [h2::Reason::INTERNAL_ERROR, h2::Reason::NO_ERROR] {
+        let script = vec![Answer::Reset(reason), Answer::Serve];
+        let (url, bodies) = h2_server(&ca, script).await;
+        let mut health = HealthClient::new(TlsChannel::new(url.parse().unwrap(), roots.clone()));
+        let status = health.check(request.clone()).await.unwrap_err();
+        assert_eq!(
+            bodies.lock().unwrap().len(),
+            1,
+            "{reason:?} not sent again: {status}"
+        );
+    }
+}
+
+/// A server that closes each connection it accepts at once, after `release` is notified,
+/// until `up` is set; then it serves every call. `accepted` counts the connections.
+async fn gated_server(
+    ca: &TestCa,
+) -> (
+    String,
+    tokio::sync::watch::Receiver<usize>,
+    Arc<tokio::sync::Notify>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let (counted, accepted) = tokio::sync::watch::channel(0);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (acceptor, gate, serving) = (ca.acceptor(), release.clone(), up.clone());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            counted.send_modify(|n| *n += 1);
+            if !serving.load(std::sync::atomic::Ordering::SeqCst) {
+                gate.notified().await;
+                drop(tcp);
+                continue;
+            }
+            let tls = acceptor.accept(tcp).await.unwrap();
+            tokio::spawn(async move {
+                let mut connection = h2::server::handshake(tls).await.unwrap();
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    read(request.into_body()).await;
+                    serve(&mut respond);
+                }
+            });
+        }
+    });
+    (url, accepted, release, up)
+}
+
+/// On a single-threaded runtime: every call below is spawned, and has asked for the
+/// connection, before the server sees the first dial.
+#[tokio::test]
+async fn the_calls_waiting_for_a_dial_that_fails_share_its_error_and_the_next_call_dials_again() {
+    support::tls::install_ring();
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (url, mut accepted, release, up) = gated_server(&ca).await;
+    let roots = roots_of(dir.path(), ca.ca_pem()).await;
+    let channel = TlsChannel::new(url.parse().unwrap(), roots);
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let mut health = HealthClient::new(channel.clone());
+            tokio::spawn(async move { health.check(HealthCheckRequest::default()).await })
+        })
+        .collect();
+    accepted.wait_for(|&n| n == 1).await.unwrap();
+    release.notify_one();
+    for call in calls {
+        // A second dial would wait for a release that never comes.
+        let outcome = tokio::time::timeout(support::DEADLINE, call).await;
+        outcome
+            .expect("no call waits for a second dial")
+            .unwrap()
+            .unwrap_err();
+    }
+    assert_eq!(
+        *accepted.borrow(),
+        1,
+        "one dial for the calls that waited on it"
+    );
+
+    // The server is back: the next call dials again rather than repeating the error.
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut health = HealthClient::new(channel);
+    health.check(HealthCheckRequest::default()).await.unwrap();
+    assert_eq!(*accepted.borrow(), 2);
 }
 
 #[tokio::test]
