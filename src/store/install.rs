@@ -119,9 +119,11 @@ impl<C: Credential> Current<C> {
             "token rotated",
             "rotated"
         );
+        // Counted before it is published: whoever sees the new credential sees its
+        // rotation counted in `status()`.
+        Counters::bump(&counters.rotations);
         self.credential.store(Arc::new(token));
         self.set_generation(to);
-        Counters::bump(&counters.rotations);
         self.generations.send_replace(to);
         Reloaded::Rotated
     }
