@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
@@ -115,8 +115,6 @@ struct Shared<B> {
     stores: Stores,
     settings: Settings,
     dial: Dial,
-    scheme: Scheme,
-    authority: Authority,
     /// The connection of the newest generations seen.
     current: Mutex<Arc<Connection<ReplayBody<B>>>>,
 }
@@ -197,21 +195,11 @@ where
             origin: settings.origin.clone(),
         };
         let connection = Arc::new(Connection::new(stores.generations()));
-        let (scheme, authority) = (
-            settings.origin.scheme().cloned().expect("checked by new"),
-            settings
-                .origin
-                .authority()
-                .cloned()
-                .expect("checked by new"),
-        );
         TlsChannel {
             shared: Arc::new(Shared {
                 stores,
                 settings,
                 dial,
-                scheme,
-                authority,
                 current: Mutex::new(connection.clone()),
             }),
             connection,
@@ -246,10 +234,11 @@ impl<B> Shared<B> {
 
     /// Puts the origin's scheme and authority on `req`'s URI.
     fn address(&self, req: &mut Request<B>) {
+        let origin = &self.settings.origin;
         let uri = req.uri_mut();
         let mut parts = std::mem::take(uri).into_parts();
-        parts.scheme = Some(self.scheme.clone());
-        parts.authority = Some(self.authority.clone());
+        parts.scheme = origin.scheme().cloned();
+        parts.authority = origin.authority().cloned();
         if parts.path_and_query.is_none() {
             parts.path_and_query = Some(PathAndQuery::from_static("/"));
         }
