@@ -66,17 +66,11 @@
 //! # Platforms
 //!
 //! Linux, macOS and Windows, each with its native file watcher (inotify, FSEvents,
-//! `ReadDirectoryChangesW`). Two things differ:
-//! - On Linux, a file on a local filesystem (a projected volume's tmpfs, a local disk) is
-//!   read on the watcher's own thread as its change is reported, with system calls that
-//!   cannot block ([`FileSource`](source::FileSource), a source wrapping one, a client
-//!   certificate or a CA bundle of up to 64 KiB of PEM); other systems read it on tokio's
-//!   blocking pool under the store's time limit, as Linux does for any other file.
-//!   A Linux build takes that portable path too under
-//!   `RUSTFLAGS='--cfg bearer_reload_portable'`, which is how it is tested.
-//! - An [`ExecSource`](source::ExecSource) plugin that times out is killed with its whole
-//!   process group on Unix; on Windows only the plugin process itself is killed, and what
-//!   it started may keep running.
+//! `ReadDirectoryChangesW`), and one code path: the watcher's thread only routes events,
+//! and every file is read on tokio's blocking pool under the store's time limit. The one
+//! difference: an [`ExecSource`](source::ExecSource) plugin that times out is killed with
+//! its whole process group on Unix; on Windows only the plugin process itself is killed,
+//! and what it started may keep running.
 //!
 //! # Feature flags
 //!
@@ -182,10 +176,10 @@ pub mod metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "oauth2")))]
 pub mod oauth2;
 mod refresh;
+mod refusal;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
-mod resend;
 pub mod source;
 pub mod store;
 mod sync;

@@ -54,8 +54,8 @@ use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::layer::RetryUnauthorized;
-use crate::layer::refused::{AfterRefusal, Refused};
-use crate::resend::{Failure, may_send_again};
+use crate::refusal::{AfterRefusal, Refused};
+use crate::refusal::{Failure, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
 #[cfg(feature = "tls")]

@@ -464,7 +464,4 @@ impl fmt::Display for Token {
 }
 
 #[cfg(test)]
-mod prop_tests;
-
-#[cfg(test)]
 mod tests;

@@ -879,3 +879,70 @@ async fn a_post_whose_handshake_was_refused_with_an_alert_is_sent_again() {
     assert_eq!(after.unauthorized_reloads, before.unauthorized_reloads + 1);
     assert_eq!(after.retries_succeeded, before.retries_succeeded + 1);
 }
+
+/// A token and a client certificate rotated together, nothing but the refusal reloading
+/// them (no watch, no timer), and a server that refuses the old pair on its open
+/// connection: the layer's retry and the transport handle the refusal once between them.
+/// The POST is received exactly twice, with the old pair and then the new one; refused
+/// again with a token that has no successor, it is received once and the 401 is the
+/// caller's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_and_certificate_send_a_post_again_once_with_both() {
+    use bearer_reload::{BearerLayer, TokenStore};
+    let quiet = Quiet::start().await;
+    let token_path = quiet._tmp.path().join("token");
+    std::fs::write(&token_path, "one").unwrap();
+    let tokens = TokenStore::builder(FileSource::new(&token_path))
+        .no_watch()
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    let roots = RootStore::builder(FileSource::new(ca_file(&quiet.ca)))
+        .load()
+        .await
+        .unwrap();
+    let https = HttpsClient::<Full<Bytes>>::new(roots).identity(quiet.identity.clone());
+    let client = tower::ServiceBuilder::new()
+        .layer(BearerLayer::new(tokens.clone()).retry_unauthorized())
+        .service(https);
+    let post = |path: &str| {
+        let client = client.clone();
+        let req = Request::post(quiet.server.url(path))
+            .body(Full::new(Bytes::from_static(b"payload")))
+            .unwrap();
+        async move { client.oneshot(req).await.unwrap().status() }
+    };
+    let server = &quiet.server;
+    server.accept_tokens(&["one"]);
+    // A connection made with the old certificate, kept open.
+    assert_eq!(post("/warm").await, StatusCode::OK);
+
+    let new = quiet.ca.client("n1", HOUR);
+    writers::rename_over(&quiet.path, new.combined()).unwrap();
+    writers::rename_over(&token_path, "two").unwrap();
+    server.accept_tokens(&["two"]);
+    server.refuse(&quiet.first.fingerprint());
+    assert_eq!(post("/both").await, StatusCode::OK);
+    let seen: Vec<_> = server
+        .arrivals()
+        .into_iter()
+        .filter(|a| a.path == "/both")
+        .map(|a| (a.authorization.unwrap_or_default(), a.fingerprint))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("Bearer one".to_owned(), quiet.first.fingerprint()),
+            ("Bearer two".to_owned(), new.fingerprint()),
+        ]
+    );
+    assert_eq!((tokens.generation(), quiet.identity.generation()), (2, 2));
+
+    // The token refused with no successor in its file: received once, and the 401 goes
+    // back to the caller.
+    server.accept_tokens(&["three"]);
+    assert_eq!(post("/stale").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(received(server, "/stale"), 1);
+    assert_eq!((tokens.generation(), quiet.identity.generation()), (2, 2));
+}

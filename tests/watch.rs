@@ -206,87 +206,12 @@ async fn watching_off_is_off() {
     assert_eq!(store.status().watch, WatchState::Off);
 }
 
-/// A file on a local filesystem is read on the watcher's own thread when it changes: the
-/// rotation reaches the store with no tokio task run at all (the runtime that built it is
-/// not driven meanwhile), where a read through the store's task would wait for it. Linux's
-/// fast path only: [`a_rotation_waits_for_the_stores_runtime_off_the_fast_path`] is the
-/// portable path's counterpart.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-#[test]
-fn a_rotation_reaches_the_store_while_its_runtime_runs_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let volume = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
-    let idle = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = idle.block_on(watched(&volume.token_path()));
-    let reads = store.status().reads;
-    // From here on `idle` runs nothing: its tasks (the watch loop, the store's reads)
-    // stay where they are.
-    let waiter = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    for i in 2..=4 {
-        let token = format!("token-{i}");
-        volume.rotate(&token).unwrap();
-        waiter.block_on(support::wait_for_token(&store, &token));
-    }
-    let status = store.status();
-    assert_eq!(status.rotations, 3);
-    assert!(
-        status.reads > reads,
-        "the store's own reads: {reads} -> {}",
-        status.reads
-    );
-    drop(store);
-    drop(idle);
-}
-
-/// A link re-pointed to another directory is read at once on the watcher's thread, before
-/// the store's loop has watched that directory. What is written there before the loop
-/// watches it sends no event: the loop reads again once it does. Linux's fast path only.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-#[test]
-fn a_new_target_is_read_again_once_its_directory_is_watched() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().canonicalize().unwrap();
-    for dir in ["app", "a", "b"] {
-        std::fs::create_dir(root.join(dir)).unwrap();
-    }
-    std::fs::write(root.join("a/token"), "a-one").unwrap();
-    std::fs::write(root.join("b/token"), "b-one").unwrap();
-    let link = root.join("app/token");
-    // Relative links, as the kubelet makes them: an absolute one may count as leaving
-    // the directory's mount (`RESOLVE_NO_XDEV`), and is then read the usual way.
-    std::os::unix::fs::symlink("../a/token", &link).unwrap();
-    let idle = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = idle.block_on(watched(&link));
-    let waiter = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-
-    // Re-pointed as `ln -sfn` does: a new link renamed over the old one.
-    std::os::unix::fs::symlink("../b/token", root.join("app/.tmp")).unwrap();
-    std::fs::rename(root.join("app/.tmp"), &link).unwrap();
-    waiter.block_on(support::wait_for_token(&store, "b-one"));
-    // `idle` has run nothing since: the store's loop has not watched `b` yet.
-    rename_over(root.join("b/token"), "b-two").unwrap();
-    idle.block_on(support::wait_for_token(&store, "b-two"));
-}
-
-/// Off Linux (and under `--cfg bearer_reload_portable`) a change is read on the blocking
-/// pool, by the store's own task: while the store's runtime runs nothing, the event leaves
+/// A change is read on the blocking pool, by the store's own task, never on the
+/// watcher's thread: while the store's runtime runs nothing, the event leaves
 /// the store as it was, and the rotation arrives once that runtime runs. A second store of
 /// the same file, on a runtime that runs, shows that the event came.
-#[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
 #[test]
-fn a_rotation_waits_for_the_stores_runtime_off_the_fast_path() {
+fn a_rotation_is_read_by_the_stores_runtime_not_the_watchers_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let volume = ProjectedTokenDir::create(tmp.path(), "one").unwrap();
     let runtime = || {

@@ -60,10 +60,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
-use crate::store::{Certainty, Store, StoreId, TokenStore};
+use crate::store::{Certainty, Store, TokenStore};
 use crate::token::Token;
 
-pub(crate) mod refused;
 mod retry;
 
 pub use retry::RetryFuture;
@@ -172,8 +171,6 @@ impl<S, C: Clone, R: Clone> Layer<S> for BearerLayer<C, R> {
 struct Authorizer {
     store: Store<Token>,
     cached: Arc<Token>,
-    /// The store's number, here for the response future: one load fewer per request.
-    id: StoreId,
     own_header: OwnHeader,
 }
 
@@ -183,7 +180,6 @@ impl Authorizer {
         Self {
             cached: store.current(),
             store: store.clone(),
-            id: store.id(),
             own_header,
         }
     }
@@ -269,7 +265,7 @@ where
         let sent = self.auth.authorize(req.headers_mut());
         ResponseFuture {
             inner: self.inner.call(req),
-            store: self.auth.id,
+            store: self.auth.store.clone(),
             sent,
             classifier: self.classifier.clone(),
         }
@@ -282,10 +278,9 @@ pin_project! {
     pub struct ResponseFuture<F, C = Http401> {
         #[pin]
         inner: F,
-        // The store's number (not a handle: see `store::live`) and the generation of the
-        // token the request carried, or `KEPT` for a request that kept its own
-        // `Authorization`: two words, no discriminant to write on every request.
-        store: StoreId,
+        // The generation of the token the request carried, or `KEPT` for a request that
+        // kept its own `Authorization`.
+        store: Store<Token>,
         sent: u64,
         classifier: C,
     }
@@ -314,8 +309,8 @@ where
         if let Ok(response) = &result
             && this.classifier.is_unauthorized(response)
             && *this.sent != KEPT
-            && let Some(store) = this.store.store()
         {
+            let store = this.store;
             // Starts the store's read and returns: the requests that follow get the new
             // token once it is in (see the module docs), this one gets its 401.
             store.reload_after_refusal(*this.sent, Certainty::Certain);

@@ -13,11 +13,10 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::refused::AfterRefusal;
 use super::{BearerService, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
-use crate::resend::{Failure, clone_request, may_send_again};
+use crate::refusal::{AfterRefusal, Carried, Failure, Handled, clone_request, may_send_again};
 use crate::store::{Certainty, Store};
 use crate::token::Token;
 
@@ -42,6 +41,15 @@ where
         // passed through as it is.
         let replay = sent.and_then(|_| clone_request(&req));
         let retry_svc = replay.as_ref().map(|_| self.inner.clone());
+        // The token goes down with the request (the replay does not carry it): an HTTPS
+        // transport below that handles the refusal itself reloads it with its own
+        // certificate, and sends the request again once with both.
+        if let (Some(generation), Some(_)) = (sent, &replay) {
+            req.extensions_mut().insert(Carried {
+                store: self.auth.store.clone(),
+                sent: generation,
+            });
+        }
         RetryFuture {
             state: State::First {
                 fut: self.inner.call(req),
@@ -126,7 +134,10 @@ where
                     let Some((store, sent)) = this.sent.as_ref() else {
                         return Poll::Ready(Ok(response));
                     };
-                    if !this.classifier.is_unauthorized(&response) {
+                    // Handled below (reloaded, and sent again if it could be): not twice.
+                    if !this.classifier.is_unauthorized(&response)
+                        || response.extensions().get::<Handled>().is_some()
+                    {
                         return Poll::Ready(Ok(response));
                     }
                     let resend = this

@@ -45,7 +45,6 @@ mod signal;
 mod table;
 
 use dispatch::dispatch;
-pub(super) use signal::ReadNow;
 pub(super) use signal::Signal;
 pub(super) use table::READS_PER_DIR;
 use table::{Dir, Table, identity, lost_reason};

@@ -11,14 +11,7 @@
 //! temporary file's are for another name) cost one read: those that came before the read
 //! started are answered by it.
 //!
-//! A source that can read without blocking
-//! ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now): on Linux, a
-//! [`FileSource`](crate::source::FileSource) on a local filesystem, or a source wrapping
-//! one) is read before that, as the event comes, on the watcher's own thread: no tokio
-//! task, no blocking thread between the kernel's event and the new token. The loop then
-//! finds the event answered and reads nothing; it still follows the chain. Whatever that
-//! read cannot do (another source, a network mount, a failed read, any file on other
-//! systems) is left to the loop's read, with its time limit and retries. A read that fails
+//! A read that fails
 //! right after an event (a half-written file) is retried
 //! after 10, 50 and 250 ms, or sooner on the next event, and only the last failure is
 //! reported. Reads of the stores of one directory go through its
@@ -40,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::chain::{ChainError, Start};
-use super::registry::{GLOBAL, ReadNow, Registry, Signal, Subscriber};
+use super::registry::{GLOBAL, Registry, Signal, Subscriber};
 use crate::source::Trigger;
 use crate::store::{Credential, OnFailure, Recency, WatchState, WeakStore};
 use crate::sync::lock;
@@ -104,7 +97,7 @@ fn watch_part<C: Credential>(
     let mut watcher = Watcher {
         // Replaced by the directory's own once subscribed.
         reads: Arc::new(Semaphore::new(1)),
-        sub: Subscriber::new(registry, signal(&handle)),
+        sub: Subscriber::new(registry, Signal::default()),
         store: handle,
         start,
         seen: HashMap::new(),
@@ -116,14 +109,6 @@ fn watch_part<C: Credential>(
     watcher.update();
     watcher.reads = registry.read_limit(watcher.start.dir());
     watcher.run()
-}
-
-/// The store's signal: it reads the store's source on the event's thread, when the source
-/// can without blocking ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)).
-fn signal<C: Credential>(store: &WeakStore<C>) -> Signal {
-    let store = store.clone();
-    let read: ReadNow = Box::new(move || store.read_now(Trigger::Watch));
-    Signal::reading(read)
 }
 
 /// Runs every loop until all have ended.
@@ -206,7 +191,7 @@ impl<C: Credential> Watcher<C> {
             loop {
                 let missed = self.update();
                 // Nothing to read: no event, or every event was read as it came.
-                if !missed && (!woken || self.sub.signal.answered()) {
+                if !missed && !woken {
                     break;
                 }
                 if !self.read().await {

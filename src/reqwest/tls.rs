@@ -9,8 +9,8 @@ use arc_swap::ArcSwapOption;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::layer::refused::Refused;
-use crate::resend::{Failure, may_send_again};
+use crate::refusal::Refused;
+use crate::refusal::{Failure, may_send_again};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::refusal::{Blame, blame};

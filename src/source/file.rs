@@ -1,20 +1,11 @@
 //! [`FileSource`]: a token file on disk.
 
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{FetchContext, Fetched, TokenSource};
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-use now::LocalDir;
-
-// The fast path: Linux only, and not under `--cfg bearer_reload_portable`, which makes a
-// Linux build take the path every other system takes (the blocking read), to test it.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-mod now;
 
 /// Why a token file could not be read. The store's [`LoadError`](crate::LoadError) that
 /// wraps it names the path first; none of them holds the token.
@@ -78,10 +69,6 @@ pub enum FileError {
 /// Reads run on tokio's blocking pool, at most one at a time: the store's time limit
 /// gives up on a read that hangs, and until that read returns, later fetches fail at once
 /// with [`FileError::Stuck`] rather than leaving one more blocking thread behind each.
-/// On Linux, when the watcher reports a change to a file on a local filesystem (a
-/// projected volume's tmpfs, a local disk), the store reads it at once on the watcher's
-/// thread instead, with calls the kernel promises not to block, and falls back to the pool
-/// for anything else. Other systems always read on the pool.
 /// Reads stop one byte past the store's size cap; a regular file over the cap is refused
 /// from its length, without reading it.
 #[derive(Debug, Clone)]
@@ -89,10 +76,6 @@ pub struct FileSource {
     path: PathBuf,
     /// When the read now running started; `None` when no read is running.
     busy: Arc<Mutex<Option<Instant>>>,
-    /// The file's directory as the last blocking read found it: on a local filesystem, so
-    /// that a change can be read at once on the watcher's thread ([`now`]).
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    local: Arc<Mutex<Option<LocalDir>>>,
 }
 
 impl FileSource {
@@ -101,40 +84,7 @@ impl FileSource {
         Self {
             path: path.into(),
             busy: Arc::default(),
-            #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-            local: Arc::default(),
         }
-    }
-
-    /// The file's directory and name, as the path gives them.
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    fn split(&self) -> Option<(&Path, &OsStr)> {
-        let name = self.path.file_name()?;
-        let dir = match self.path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        Some((dir, name))
-    }
-
-    /// Reads the file on the calling thread when the kernel promises that cannot block (see
-    /// [`now`]): `None` when it does not, or the read fails, or a blocking read is still
-    /// running; the caller then reads the usual way. Never blocks.
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    pub(crate) fn read_now(&self, max_size: usize) -> Option<Vec<u8>> {
-        let local = (*crate::sync::lock(&self.local))?;
-        if crate::sync::lock(&self.busy).is_some() {
-            return None;
-        }
-        let (dir, name) = self.split()?;
-        now::read(dir, name, local, max_size)
-    }
-
-    /// Off Linux (and under `--cfg bearer_reload_portable`) no read is known not to block:
-    /// every read is [`fetch`](TokenSource::fetch)'s.
-    #[cfg(not(all(target_os = "linux", not(bearer_reload_portable))))]
-    pub(crate) fn read_now(&self, _max_size: usize) -> Option<Vec<u8>> {
-        None
     }
 }
 
@@ -163,20 +113,9 @@ impl TokenSource for FileSource {
         }
         let idle = Idle(self.busy.clone());
         let path = self.path.clone();
-        #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-        let (dir, local) = (
-            self.split().map(|(dir, _)| dir.to_owned()),
-            self.local.clone(),
-        );
         let read = tokio::task::spawn_blocking(move || {
             let _idle = idle;
-            let bytes = read_file(&path, cx.max_size())?;
-            // Checked after each good read: a link re-pointed, a volume mounted over.
-            #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-            {
-                *crate::sync::lock(&local) = dir.as_deref().and_then(LocalDir::check);
-            }
-            Ok(bytes)
+            read_file(&path, cx.max_size())
         });
         match read.await {
             Ok(result) => result.map(Fetched::new),
@@ -198,10 +137,6 @@ impl TokenSource for FileSource {
 
     fn default_refresh_interval(&self) -> Option<Duration> {
         Some(super::FILE_REFRESH_INTERVAL)
-    }
-
-    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        self.read_now(cx.max_size()).map(Fetched::new)
     }
 }
 

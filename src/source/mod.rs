@@ -239,13 +239,6 @@ impl FetchContext {
         }
     }
 
-    /// The same context with a cap of `max_size` bytes.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn capped(mut self, max_size: usize) -> Self {
-        self.max_size = self.max_size.min(max_size);
-        self
-    }
-
     /// The same context on the store's clock.
     pub(crate) fn on(mut self, clock: Clock) -> Self {
         self.clock = clock;
@@ -334,22 +327,6 @@ pub trait TokenSource: Send + Sync + 'static {
     fn default_fetch_timeout(&self) -> Duration {
         DEFAULT_FETCH_TIMEOUT
     }
-
-    /// The token read on the calling thread, when the source can read it without blocking;
-    /// `None` otherwise, and the store fetches the usual way.
-    ///
-    /// The store asks on each change its watcher sees, on the watcher's thread, before it
-    /// spawns a [`fetch`](Self::fetch): a file read this way reaches requests within
-    /// microseconds of the rename. A [`FileSource`] on a local filesystem answers (on
-    /// Linux, where the kernel can promise the read will not block); the default answers
-    /// `None`. A source that wraps another forwards to it, so that it keeps that fast path.
-    /// It must never block, wait or fail loudly: any doubt is `None`, and `fetch` runs. It
-    /// may run while a `fetch` of the same store runs (the store installs only one of
-    /// them), so a source whose reads must not overlap answers `None`.
-    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        let _ = cx;
-        None
-    }
 }
 
 /// A fetch with its type erased, for the store, which holds any source.
@@ -360,19 +337,12 @@ pub(crate) type BoxFetch<'a> = Pin<
 /// [`TokenSource`] with its types erased.
 pub(crate) trait DynSource: Send + Sync + 'static {
     fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_>;
-
-    /// [`TokenSource::fetch_now`].
-    fn fetch_now_dyn(&self, cx: FetchContext) -> Option<Fetched>;
 }
 
 impl<S: TokenSource> DynSource for S {
     fn fetch_dyn(&self, cx: FetchContext) -> BoxFetch<'_> {
         let fetch = self.fetch(cx);
         Box::pin(async move { fetch.await.map_err(Into::into) })
-    }
-
-    fn fetch_now_dyn(&self, cx: FetchContext) -> Option<Fetched> {
-        self.fetch_now(cx)
     }
 }
 

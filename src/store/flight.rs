@@ -169,36 +169,6 @@ impl Flight {
         Ticket::Wait(n)
     }
 
-    /// The number of the last read started, if none runs: a read on the caller's thread
-    /// may begin (see [`begin_now`](Self::begin_now)).
-    pub(super) fn idle(&self) -> Option<u64> {
-        let reads = lock(&self.reads);
-        reads.running.is_none().then_some(reads.started)
-    }
-
-    /// Numbers a read made on the caller's thread, asked by `trigger` and quiet on
-    /// failure, unless a read started since [`idle`](Self::idle) said `before`.
-    pub(super) fn begin_now(&self, before: u64, trigger: Trigger) -> Option<u64> {
-        let mut flight = lock(&self.reads);
-        // A read that started meanwhile may have read an older file: ours would be
-        // the later one, but a single flight never installs two reads at once.
-        if flight.running.is_some() || flight.started != before {
-            return None;
-        }
-        flight.started += 1;
-        let report = OnFailure::Quiet;
-        flight.running = Some((Ask { trigger, report }, None));
-        Some(flight.started)
-    }
-
-    /// Hands the running read (started on the caller's thread, now followed by a queued
-    /// one) its task.
-    pub(super) fn attach(&self, task: AbortHandle) {
-        if let Some((_, handle)) = &mut lock(&self.reads).running {
-            *handle = Some(task);
-        }
-    }
-
     /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
     pub(super) fn lock(&self) -> MutexGuard<'_, Reads> {
         lock(&self.reads)
@@ -293,22 +263,6 @@ pub(super) async fn fetch(
 
 #[cfg(test)]
 impl Flight {
-    /// Marks a read as running, or none, as the read task does (tests of what waits).
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    pub(super) fn pretend_running(&self, running: bool) {
-        let ask = Ask {
-            trigger: Trigger::Call,
-            report: OnFailure::Quiet,
-        };
-        lock(&self.reads).running = running.then_some((ask, None));
-    }
-
-    /// The number of the last read done (tests of the read on the spot, a Linux fast path).
-    #[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-    pub(super) fn done(&self) -> u64 {
-        self.done.borrow().read
-    }
-
     /// How many callers wait for reads (tests).
     pub(super) fn waiting(&self) -> usize {
         self.done.receiver_count()

@@ -16,7 +16,7 @@
 //! The files of this module use only files before them in this order. Leaves: `error`
 //! ([`LoadError`]), `credential` (what each kind of credential says of itself, and the
 //! `event!` log line), `status` ([`Status`] and the counters), `expiry` (warnings of a
-//! stalled rotator), `telemetry` (metrics), `live` (store numbers). Then the parts, each
+//! stalled rotator), `telemetry` (metrics). Then the parts, each
 //! owning its piece of the state: `install` (the credential in use, its generation word,
 //! and replacing it), `flight` (the single flight's books: which read answers whom),
 //! `refused` (the rate limit of refusal reads). `shared` holds them all in `Shared` with
@@ -72,7 +72,6 @@ mod error;
 mod expiry;
 mod flight;
 mod install;
-mod live;
 mod refused;
 mod reload;
 mod shared;
@@ -90,7 +89,6 @@ pub use status::{Status, WatchState};
 
 pub(crate) use background::Start;
 pub(crate) use flight::{OnFailure, ReadsDone, Recency};
-pub(crate) use live::StoreId;
 pub(crate) use refused::Certainty;
 pub(crate) use shared::Config;
 pub(crate) use status::RetryOutcome;
@@ -123,10 +121,8 @@ impl fmt::Debug for TokenStore {
 }
 
 impl TokenStore {
-    /// The handle of a token store just loaded: it joins the table of live stores, where
-    /// the plain layer's response future finds it after a refusal.
+    /// The handle of a token store just loaded.
     pub(crate) fn new(store: Store<Token>) -> Self {
-        store.shared.id.register(&store.shared);
         TokenStore(store)
     }
 
@@ -237,12 +233,6 @@ impl<C: Credential> Store<C> {
         store.shared.telemetry.watch_state(&WatchState::Off);
         store.shared.check_expiry();
         Ok(store)
-    }
-
-    /// The store's number, to find it again after a 401 without holding it.
-    #[inline]
-    pub(crate) fn id(&self) -> StoreId {
-        self.shared.id
     }
 
     /// A weak reference, for background work that must not keep the store alive.
@@ -498,14 +488,6 @@ impl<C: Credential> WeakStore<C> {
     /// The store, unless every `TokenStore` clone has been dropped.
     pub(crate) fn upgrade(&self) -> Option<Store<C>> {
         self.shared().map(|shared| Store { shared })
-    }
-}
-
-impl StoreId {
-    /// The token store numbered `self`, if it is still alive.
-    pub(crate) fn store(self) -> Option<Store<Token>> {
-        let shared = self.find::<Shared<Token>>()?;
-        Some(Store { shared })
     }
 }
 

@@ -39,30 +39,6 @@ impl<C: Credential> Shared<C> {
             .abort_handle()
     }
 
-    /// Reads the source on the calling thread (the watcher's, for an event) when it can
-    /// without blocking ([`TokenSource::fetch_now`](crate::source::TokenSource::fetch_now)) and no read is in flight, and installs
-    /// the result as a read of the store's own would. Returns whether the source's token
-    /// is now the store's (installed, or unchanged): `false` when nothing was read, or the
-    /// read failed (quietly: the caller's usual read follows, with its retries).
-    pub(super) fn read_now(self: &Arc<Self>, trigger: Trigger) -> bool {
-        let Some(before) = self.flight.idle() else {
-            return false;
-        };
-        let cx = FetchContext::new(trigger, self.config.max_size).on(self.config.clock);
-        let Some(fetched) = self.source.fetch_now_dyn(cx) else {
-            return false;
-        };
-        let Some(n) = self.flight.begin_now(before, trigger) else {
-            return false;
-        };
-        let (installed, next) = self.finish(n, trigger, Ok(fetched));
-        if let Some((next, trigger)) = next {
-            let task = self.spawn_read(next, trigger);
-            self.flight.attach(task);
-        }
-        installed
-    }
-
     /// Ends read `n` with `result`: reports a failure if a caller asked for that,
     /// publishes the result, and says whether it installed the token (or found it
     /// unchanged) and which read to start next, if one was queued.

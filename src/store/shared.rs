@@ -12,7 +12,6 @@ use super::credential::Credential;
 use super::expiry::ExpiryWarnings;
 use super::flight::Flight;
 use super::install::Current;
-use super::live::StoreId;
 use super::refused::Refusals;
 use super::status::{Counters, WatchState};
 use super::telemetry::Telemetry;
@@ -39,8 +38,6 @@ pub(super) type Restart<C> =
 
 /// A store of `C`: what every handle of it shares.
 pub(crate) struct Shared<C: Credential> {
-    /// This store's number in the table of live stores.
-    pub(super) id: StoreId,
     pub(super) current: Current<C>,
     pub(super) source: Arc<dyn DynSource>,
     pub(super) origin: Arc<str>,
@@ -70,7 +67,6 @@ impl<C: Credential> Shared<C> {
         label: Arc<str>,
     ) -> Self {
         Shared {
-            id: StoreId::next(),
             current: Current::new(first),
             source,
             origin,
@@ -107,6 +103,5 @@ impl<C: Credential> Shared<C> {
 impl<C: Credential> Drop for Shared<C> {
     fn drop(&mut self) {
         self.flight.abort();
-        self.id.forget();
     }
 }

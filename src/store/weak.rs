@@ -68,14 +68,6 @@ impl<C: Credential> WeakStore<C> {
         wait(done, ticket).await
     }
 
-    /// Reads the store's source at once on the calling thread, if that cannot block (see
-    /// [`Shared::read_now`]); `false` when the store is gone or nothing was installed.
-    pub(crate) fn read_now(&self, trigger: Trigger) -> bool {
-        self.shared
-            .upgrade()
-            .is_some_and(|shared| shared.read_now(trigger))
-    }
-
     /// Records whether the store's file is watched.
     pub(crate) fn set_watch_state(&self, state: WatchState) {
         if let Some(shared) = self.shared.upgrade() {

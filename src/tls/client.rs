@@ -34,8 +34,9 @@ use super::refusal::{Blame, blame};
 use super::stores::{Blamed, Generations, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::layer::refused::{AfterRefusal, Refused};
-use crate::resend::{Failure, clone_request, may_send_again};
+use crate::refusal::{
+    AfterRefusal, Carried, Failure, Handled, Refused, Reload, clone_request, may_send_again,
+};
 use crate::store::Certainty;
 use crate::sync::lock;
 
@@ -284,7 +285,8 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let carried = req.extensions_mut().remove::<Carried>();
         let replay = clone_request(&req);
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.
@@ -294,6 +296,7 @@ where
             shared: self.shared.clone(),
             sent,
             replay,
+            carried,
         })
     }
 }
@@ -331,7 +334,7 @@ type Outcome = Result<Response<Incoming>, Error>;
 struct Refusal {
     /// Whose credential.
     blame: Blame,
-    /// What it proves about the request (see [`crate::resend`]).
+    /// What it proves about the request (see [`crate::refusal`]).
     failure: Failure,
     /// The generations of the connection it came on, when known.
     dialled: Option<Generations>,
@@ -414,6 +417,8 @@ pin_project! {
         shared: Arc<Shared<B>>,
         sent: Generations,
         replay: Option<Request<B>>,
+        // The token of the retry layer above, reloaded with the certificate on a 401.
+        carried: Option<Carried>,
     }
 }
 
@@ -425,9 +430,9 @@ pin_project! {
         // and every request's future would carry their room.
         Refused {
             after: Pin<Box<AfterRefusal<Answer, Either<Incoming, Empty<Bytes>>>>>,
-            store: Blamed,
+            refused: Reloaded,
         },
-        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, store: Blamed },
+        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, refused: Reloaded },
     }
 }
 
@@ -449,49 +454,127 @@ where
                         return Poll::Ready(outcome);
                     };
                     let sent = refusal.dialled.unwrap_or(*this.sent);
-                    let Some((store, sent)) = this.shared.stores.refused_store(refusal.blame, sent)
-                    else {
-                        return Poll::Ready(outcome);
+                    let blamed = this.shared.stores.refused_store(refusal.blame, sent);
+                    // A 401 may refuse the token the layer above carried, as well as (or
+                    // instead of) the certificate: both reload, and the request goes again
+                    // once, with both.
+                    let unauthorized =
+                        matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
+                    let refused = Reloaded {
+                        blamed,
+                        token: this.carried.take().filter(|_| unauthorized),
                     };
+                    if refused.blamed.is_none() && refused.token.is_none() {
+                        return Poll::Ready(outcome);
+                    }
                     let resend = this
                         .replay
                         .as_ref()
                         .is_some_and(|r| may_send_again(r.method(), refusal.failure));
                     if !resend {
                         // Not sent again: the reload starts for the requests that follow.
-                        store.reload_after_refusal(sent, refusal.certainty());
-                        return Poll::Ready(outcome);
+                        refused.reload_later(refusal.certainty());
+                        return Poll::Ready(refused.mark(outcome));
                     }
                     let answer = match outcome {
                         Ok(response) => Answer::Response(response),
                         Err(error) => Answer::Error(error),
                     };
-                    let after = store.after(sent, refusal.certainty(), answer);
+                    let after =
+                        AfterRefusal::reloading(refused.reload(refusal.certainty()), answer);
                     this.state.set(State::Refused {
                         after: Box::pin(after),
-                        store,
+                        refused,
                     });
                 }
-                StateProj::Refused { after, store } => {
+                StateProj::Refused { after, refused } => {
                     let replay = &mut *this.replay;
                     let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
                     if let Err(answer) = ready!(after.as_mut().poll_with(cx, replayable)) {
-                        return Poll::Ready(answer.into_outcome());
+                        return Poll::Ready(refused.mark(answer.into_outcome()));
                     }
-                    let store = store.clone();
-                    let req = this.replay.take().expect("a refusal is retried once");
+                    let refused = std::mem::take(refused);
+                    let mut req = this.replay.take().expect("a refusal is retried once");
+                    refused.count_retried(req.headers_mut());
                     // The pool of the credentials current now: a connection made with
                     // the new one.
                     let fut = this.shared.pool_now().client.request(req);
-                    store.count_retried();
-                    this.state.set(State::Retrying { fut, store });
+                    this.state.set(State::Retrying { fut, refused });
                 }
-                StateProj::Retrying { fut, store } => {
+                StateProj::Retrying { fut, refused } => {
                     let outcome = ready!(fut.poll(cx));
-                    store.count_resent(refusal(&outcome).is_some());
-                    return Poll::Ready(outcome);
+                    refused.count_resent(refusal(&outcome).is_some());
+                    return Poll::Ready(refused.mark(outcome));
                 }
             }
+        }
+    }
+}
+
+/// The credentials a refusal reloads: the store it blames, and the token the layer above
+/// carried down with a request refused by a 401.
+#[derive(Default)]
+struct Reloaded {
+    blamed: Option<(Blamed, u64)>,
+    token: Option<Carried>,
+}
+
+impl Reloaded {
+    /// Reloads each, together: whether any brought a newer credential.
+    fn reload(&self, certainty: Certainty) -> Reload {
+        let blamed = self
+            .blamed
+            .as_ref()
+            .map(|(store, sent)| store.reload(*sent, certainty));
+        let token = self.token.as_ref().map(Carried::reload);
+        Box::pin(async move {
+            let blamed = async move { if let Some(b) = blamed { b.await } else { false } };
+            let token = async move { if let Some(t) = token { t.await } else { false } };
+            let (blamed, token) = tokio::join!(blamed, token);
+            blamed || token
+        })
+    }
+
+    /// Starts each reload for the requests that follow, without waiting.
+    fn reload_later(&self, certainty: Certainty) {
+        if let Some((store, sent)) = &self.blamed {
+            store.reload_after_refusal(*sent, certainty);
+        }
+        if let Some(token) = &self.token {
+            token
+                .store
+                .reload_after_refusal(token.sent, Certainty::Certain);
+        }
+    }
+
+    /// Counts the second sending, and puts the newest token on it.
+    fn count_retried(&self, headers: &mut http::HeaderMap) {
+        if let Some((store, _)) = &self.blamed {
+            store.count_retried();
+        }
+        if let Some(token) = &self.token {
+            token.store.resend(headers);
+        }
+    }
+
+    /// Counts how the second sending went.
+    fn count_resent(&self, refused: bool) {
+        if let Some((store, _)) = &self.blamed {
+            store.count_resent(refused);
+        }
+        if let Some(token) = &self.token {
+            token.store.count_resent(refused);
+        }
+    }
+
+    /// Marks an answer the layer above must not send again: its token was reloaded here.
+    fn mark(&self, outcome: Outcome) -> Outcome {
+        match (outcome, &self.token) {
+            (Ok(mut response), Some(_)) => {
+                response.extensions_mut().insert(Handled);
+                Ok(response)
+            }
+            (outcome, _) => outcome,
         }
     }
 }

@@ -67,10 +67,6 @@ impl TokenSource for PemFiles {
         Ok(join(&cert, &key))
     }
 
-    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        Some(join(&self.cert.fetch_now(cx)?, &self.key.fetch_now(cx)?))
-    }
-
     fn describe(&self) -> String {
         format!(
             "certificate {} and key {}",
@@ -87,11 +83,6 @@ impl TokenSource for PemFiles {
         self.cert.default_refresh_interval()
     }
 }
-
-/// The most PEM parsed on the watcher's thread, as a change comes: a client identity, a
-/// small CA bundle. A system bundle (hundreds of KB) is read and parsed on the blocking
-/// pool, so that it never holds up the events of the other stores on the one watcher.
-const ON_THE_SPOT_MAX: usize = 64 * 1024;
 
 /// A certificate's PEM and its key's, as one PEM.
 fn join(cert: &Fetched, key: &Fetched) -> Fetched {
@@ -299,14 +290,6 @@ impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
         let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
         Ok(self.parse(&fetched, cx)?)
-    }
-
-    /// The inner source's read without blocking, parsed, for PEM of up to
-    /// [`ON_THE_SPOT_MAX`] bytes; a larger one, or a read that does not parse, is left to
-    /// `fetch`, which reports what is wrong.
-    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        self.parse(&self.inner.fetch_now(cx.capped(ON_THE_SPOT_MAX))?, cx)
-            .ok()
     }
 
     fn describe(&self) -> String {

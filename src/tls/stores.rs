@@ -6,7 +6,7 @@ use super::refusal::Blame;
 use super::roots::Roots;
 use super::source::Pem;
 use super::{IdentityStore, RootStore};
-use crate::layer::refused::{AfterRefusal, Refused};
+use crate::refusal::{AfterRefusal, Refused, Reload, reload};
 use crate::store::{Certainty, Store};
 
 /// The generations of the identity (0 without one) and of the bundle.
@@ -70,17 +70,22 @@ impl Blamed {
         }
     }
 
-    /// What follows the refusal of `answer` (see [`AfterRefusal`]).
+    /// The reload after a refusal of generation `sent` of this store's credential.
+    pub(crate) fn reload(&self, sent: u64, certainty: Certainty) -> Reload {
+        match self {
+            Blamed::Identity(s) => Box::pin(reload(s.clone(), sent, certainty)),
+            Blamed::Roots(s) => Box::pin(reload(s.clone(), sent, certainty)),
+        }
+    }
+
+    /// What follows a refusal of generation `sent` of this store's credential.
     pub(crate) fn after<R: Refused>(
         &self,
         sent: u64,
         certainty: Certainty,
         answer: R,
     ) -> AfterRefusal<R, R::Body> {
-        match self {
-            Blamed::Identity(s) => AfterRefusal::new(s.clone(), sent, certainty, answer),
-            Blamed::Roots(s) => AfterRefusal::new(s.clone(), sent, certainty, answer),
-        }
+        AfterRefusal::reloading(self.reload(sent, certainty), answer)
     }
 
     pub(crate) fn count_retried(&self) {

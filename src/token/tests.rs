@@ -357,3 +357,6 @@ fn a_sources_expiry_and_the_claims_say_how_a_token_stands_together() {
     assert_eq!(dated.freshness_at(at(100)), Freshness::Expired);
     assert_ne!(dated.freshness_at(at(99)), Freshness::Expired);
 }
+
+/// Properties over arbitrary input.
+mod prop;

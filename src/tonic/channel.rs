@@ -23,8 +23,8 @@ use tower_service::Service;
 
 use super::connection::{Connection, Dial, Spawn};
 use crate::body::{ReplayBody, TryCloneBody};
-use crate::layer::refused::Refused;
-use crate::resend::clone_request;
+use crate::refusal::Refused;
+use crate::refusal::clone_request;
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};

@@ -30,11 +30,6 @@ use read::{Problem, Selection, absolute_paths, select};
 pub(super) use snapshot::Inline;
 use snapshot::{Shape, Snapshot, snapshot};
 
-/// The most kubeconfig parsed on the watcher's thread as a change comes; a larger file is
-/// read and parsed by `fetch`, in the store's own task, so that it never holds up the
-/// events of the other stores on the one watcher.
-const ON_THE_SPOT_MAX: usize = 64 * 1024;
-
 /// The kubeconfig file, parsed into the chosen context's [`Snapshot`] at each read, held to
 /// the [`Shape`] the client was built for.
 pub(crate) struct KubeconfigSource {
@@ -83,14 +78,6 @@ impl TokenSource for KubeconfigSource {
             source: Problem::File(e).into(),
         })?;
         self.parse(&fetched, cx.now())
-    }
-
-    /// The file's read without blocking, parsed, for a file of up to [`ON_THE_SPOT_MAX`]
-    /// bytes; a larger one, or one that does not parse, is left to `fetch`, which reports
-    /// what is wrong.
-    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        let fetched = self.file.fetch_now(cx.capped(ON_THE_SPOT_MAX))?;
-        self.parse(&fetched, cx.now()).ok()
     }
 
     fn describe(&self) -> String {

@@ -92,13 +92,6 @@ impl TokenSource for Part {
         self.take()
     }
 
-    fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        if Self::reads_file(cx.trigger()) {
-            return None;
-        }
-        self.take().ok()
-    }
-
     fn describe(&self) -> String {
         self.origin.clone()
     }

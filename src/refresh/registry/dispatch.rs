@@ -39,15 +39,14 @@ fn gone(kind: &EventKind) -> bool {
 
 /// The event handler: wakes the subscribers an event concerns. Runs on notify's thread.
 ///
-/// The subscribers of a name the event names are woken after the table's lock is released:
-/// each may read its file on this thread first ([`Signal::wake_reading`]).
+/// The subscribers of a name the event names are woken after the table's lock is released.
 pub(super) fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Result<Event>) {
     let mut named = Vec::new();
     {
         let mut table = lock(table);
         route(&mut table, instance, event, &mut named);
     }
-    named.iter().for_each(|s| s.wake_reading());
+    named.iter().for_each(|s| s.wake());
 }
 
 /// Wakes the subscribers an event concerns as a whole directory, and collects in `named`

@@ -264,28 +264,3 @@ async fn the_sources_earlier_expiry_makes_the_identity_expired() {
     assert_eq!(status.expires_at, Some(past));
     assert!(status.expired, "{status:?}");
 }
-
-/// A certificate and its key in two files are read on the watcher's thread as a change
-/// comes, as one file is: both files at once, or nothing.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-#[tokio::test]
-async fn a_certificate_and_key_in_two_files_are_read_on_the_spot() {
-    use crate::source::Trigger;
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let ca = Ca::new("kubernetes");
-    let first = ca.client("n1", HOUR);
-    writers::rename_over(&cert, &first.cert_pem).unwrap();
-    writers::rename_over(&key, &first.key_pem).unwrap();
-    let store = IdentityStore::files(&cert, &key)
-        .no_watch()
-        .no_periodic_refresh()
-        .load()
-        .await
-        .unwrap();
-    let second = ca.client("n2", HOUR);
-    writers::rename_over(&cert, &second.cert_pem).unwrap();
-    writers::rename_over(&key, &second.key_pem).unwrap();
-    assert!(store.store().downgrade().read_now(Trigger::Watch));
-    assert_eq!(store.certificate().fingerprint, second.fingerprint());
-}

@@ -248,31 +248,3 @@ async fn an_unusable_certificate_is_skipped_warned_about_once_and_counted() {
         .collect();
     assert_eq!(subjects, ["CN=one", "CN=two"]);
 }
-
-/// A small bundle is read on the watcher's thread as a change comes, as a token file is;
-/// a system-sized one is left to the blocking pool, so that parsing it never holds up the
-/// other stores' events on the one watcher.
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-#[tokio::test]
-async fn a_small_bundle_is_read_on_the_spot_a_system_sized_one_on_the_pool() {
-    use crate::source::Trigger;
-    let (roots, dir) = load_default(&Ca::new("one").pem()).await;
-    let path = dir.path().join("ca-certificates.crt");
-    let on_the_spot = || roots.store().downgrade().read_now(Trigger::Watch);
-
-    let two = Ca::new("two");
-    writers::rename_over(&path, two.pem()).unwrap();
-    assert!(on_the_spot());
-    assert_eq!(roots.certificates()[0].subject, "CN=two");
-    assert!(verify(&roots, &two.server()).is_ok());
-
-    let big = crate::test_support::pki::bundle(140, 1570);
-    writers::rename_over(&path, &big).unwrap();
-    assert!(
-        !on_the_spot(),
-        "220 KB is parsed on the pool, not on the spot"
-    );
-    assert_eq!(roots.certificates()[0].subject, "CN=two");
-    roots.reload().await.unwrap();
-    assert_eq!(roots.certificates().len(), 140);
-}

@@ -161,85 +161,13 @@ fn events_wake_the_subscribers_of_the_name_they_concern() {
     assert!(lock(&table).dirs[Path::new("/w/b")].armed);
 }
 
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
+/// Each event for a subscriber's names is counted and wakes its loop, which reads on the
+/// blocking pool; the "both" of a rename whose "to" came just before is not counted again.
 #[test]
-fn a_rename_counts_once_and_is_read_on_the_spot_for_the_names_it_concerns() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let reads = Arc::new(AtomicUsize::new(0));
-    let reader = |reads: &Arc<AtomicUsize>| {
-        let reads = reads.clone();
-        Arc::new(Signal::reading(Box::new(move || {
-            reads.fetch_add(1, Ordering::SeqCst);
-            true
-        })))
-    };
-    let (a, b) = (reader(&reads), reader(&reads));
-    let table = table(&[("/w/a", "token", &a), ("/w/b", "token", &b)]);
-    let rename = |mode, tracker, paths: &[&str]| {
-        let mut event = Event::new(EventKind::Modify(ModifyKind::Name(mode))).set_tracker(tracker);
-        for path in paths {
-            event = event.add_path(PathBuf::from(path));
-        }
-        Ok(event)
-    };
-
-    // A writer's temporary file renamed over the token: "from", "to", then "both".
-    dispatch(&table, 1, rename(RenameMode::From, 7, &["/w/a/.tmp"]));
-    dispatch(&table, 1, rename(RenameMode::To, 7, &["/w/a/token"]));
-    assert_eq!(reads.load(Ordering::SeqCst), 1, "read on the spot");
-    assert!(
-        a.answered() && woken(&a),
-        "answered, and the loop woken to follow links"
-    );
-    dispatch(
-        &table,
-        1,
-        rename(RenameMode::Both, 7, &["/w/a/.tmp", "/w/a/token"]),
-    );
-    assert_eq!(
-        reads.load(Ordering::SeqCst),
-        1,
-        "the same rename, not read again"
-    );
-    assert!(a.answered() && !woken(&a));
-    assert_eq!(a.events(), 1);
-
-    // A "both" of another rename than the last "to" is an event of its own.
-    dispatch(
-        &table,
-        1,
-        rename(RenameMode::Both, 8, &["/w/b/.tmp", "/w/b/token"]),
-    );
-    assert_eq!(reads.load(Ordering::SeqCst), 2);
-    assert!(b.answered() && woken(&b));
-
-    // An event for the whole directory wakes without reading: it may concern thousands
-    // of files, read a few at a time by their loops. Not answered, so the loop reads.
-    dispatch(
-        &table,
-        1,
-        ev_dir(EventKind::Remove(notify::event::RemoveKind::Folder), "/w/a"),
-    );
-    assert_eq!(reads.load(Ordering::SeqCst), 2);
-    assert!(!a.answered() && woken(&a));
-}
-
-#[cfg(all(target_os = "linux", not(bearer_reload_portable)))]
-#[test]
-fn a_read_on_the_spot_that_fails_leaves_the_event_to_the_loop() {
-    let signal = Signal::reading(Box::new(|| false));
-    signal.wake_reading();
-    assert!(!signal.answered());
-    assert!(woken(&signal));
-}
-
-/// A signal with no reader (every signal, off Linux): each event for its names is counted,
-/// left unanswered and wakes the loop, which reads on the blocking pool.
-#[test]
-fn without_a_read_on_the_spot_the_loop_reads_for_each_event() {
+fn the_loop_reads_for_each_event_and_a_rename_counts_once() {
     let plain = Arc::new(Signal::default());
-    plain.wake_reading();
-    assert!(!plain.answered() && woken(&plain));
+    plain.wake();
+    assert!(woken(&plain));
     let table = table(&[("/w/a", "token", &plain)]);
     dispatch(
         &table,
@@ -251,14 +179,26 @@ fn without_a_read_on_the_spot_the_loop_reads_for_each_event() {
         ),
     );
     assert_eq!(plain.events(), 2);
-    assert!(!plain.answered() && woken(&plain));
+    assert!(woken(&plain));
+    dispatch(
+        &table,
+        1,
+        Ok(
+            Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::Both)))
+                .set_tracker(7)
+                .add_path(PathBuf::from("/w/a/.tmp"))
+                .add_path(PathBuf::from("/w/a/token")),
+        ),
+    );
+    assert_eq!(plain.events(), 2, "the same rename, not counted again");
+    assert!(!woken(&plain));
     // An event for the whole directory, the same way.
     dispatch(
         &table,
         1,
         ev_dir(EventKind::Remove(notify::event::RemoveKind::Folder), "/w/a"),
     );
-    assert!(!plain.answered() && woken(&plain));
+    assert!(woken(&plain));
 }
 
 fn ev_dir(kind: EventKind, path: &str) -> notify::Result<Event> {

@@ -1,6 +1,6 @@
 //! Properties of [`Token::parse`] and of the JWT claims decoder over arbitrary input.
 
-use super::*;
+use super::super::*;
 use base64::Engine as _;
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use proptest::prelude::*;

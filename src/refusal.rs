@@ -1,6 +1,24 @@
-//! After a refused request that can be sent again: the reload, the drain of the refused
-//! response's body, and the go-ahead to send the request once more. One implementation for
-//! the tower retry ([`RetryFuture`](super::RetryFuture)) and the reqwest middleware.
+//! The refusal engine: when a request is sent again after a failure, which credentials
+//! reload, and what happens between the refusal and the second sending. One rule for every
+//! part of the crate that resends ([`BearerLayer`](crate::BearerLayer)'s retry, the reqwest
+//! middlewares, the `tls` feature's `HttpsClient` and `TlsChannel`).
+//!
+//! A request is sent again only when the server cannot have acted on it (RFC 9110
+//! §9.2.2; hyper-util's own rule, extended only where a refusal proves it):
+//!
+//! - it was never written (the connection ended during hyper's own handshake);
+//! - or the failure is a certain refusal of the credential, which the server gives before
+//!   it acts: a 401 or gRPC `UNAUTHENTICATED` answer, a certificate alert read from the
+//!   server, or our own refusal of the server's certificate (an unknown issuer);
+//! - or its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), so that a
+//!   second sending has the effect of one.
+//!
+//! In every case its body must be replayable, and it is sent again at most once. Anything
+//! else (a POST or PATCH on a connection that closed without an answer, which a server
+//! that crashed after acting on it also gives) goes back to the caller as it came, once;
+//! the credential is still reloaded for the requests that follow.
+//!
+//! After a refused request that can be sent again ([`AfterRefusal`]):
 //!
 //! - If the store already holds a token newer than the one refused (the watcher was faster
 //!   than the server), that is the answer, without reading the source; otherwise the source
@@ -19,17 +37,69 @@
 //! - Then one yield, so that the connection's own task can put it back in its pool before
 //!   the retry asks for one; the caller sends the request with the store's newest token
 //!   (`Store::resend`).
+//!
+//! A refusal is handled once, by the part closest to the wire that knows every credential
+//! the request carried: the retry layer hands its token down with the request ([`Carried`]),
+//! an HTTPS transport below reloads it with its own client certificate and sends the
+//! request again at most once with both, and marks the answer [`Handled`] so that the
+//! layer above does not send it a third time.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use http::{Method, Request};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
+use crate::body::TryCloneBody;
 use crate::store::{Certainty, Credential, Store};
+use crate::token::Token;
+
+/// What a failure proves about whether the server acted on the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The server refused the credential before acting: a 401, a certificate alert, or
+    /// our own refusal of the server.
+    Refused,
+    /// The connection ended before the request was written.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    NotWritten,
+    /// The connection ended with no answer after the request may have been written: the
+    /// server may have acted on it.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Uncertain,
+}
+
+/// Whether a request sent with `method` may be sent again after `failure` (its body being
+/// replayable is the caller's to check: see [`clone_request`]).
+pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
+    match failure {
+        Failure::Refused | Failure::NotWritten => true,
+        Failure::Uncertain => is_idempotent(method),
+    }
+}
+
+/// RFC 9110 §9.2.2's idempotent methods.
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.
+pub(crate) fn clone_request<B: TryCloneBody>(req: &Request<B>) -> Option<Request<B>> {
+    let mut copy = Request::new(req.body().try_clone_body()?);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    *copy.extensions_mut() = req.extensions().clone();
+    Some(copy)
+}
 
 /// The most of a refused response's body read (and dropped) before the retry.
 const DRAIN_LIMIT: usize = 8 * 1024;
@@ -53,7 +123,40 @@ impl<B: Body> Refused for http::Response<B> {
 }
 
 /// The reload after a refusal: whether it brought a newer credential.
-type Reload = Pin<Box<dyn Future<Output = bool> + Send>>;
+pub(crate) type Reload = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// The token a request carries down from the retry layer, for a transport below that
+/// handles a refusal itself (a request extension; see the module docs).
+#[derive(Clone)]
+pub(crate) struct Carried {
+    pub(crate) store: Store<Token>,
+    /// The generation of the token the request carries.
+    pub(crate) sent: u64,
+}
+
+impl Carried {
+    /// The reload of the carried token after a refusal: whether it brought a newer one.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn reload(&self) -> impl Future<Output = bool> + Send + use<> {
+        reload(self.store.clone(), self.sent, Certainty::Certain)
+    }
+}
+
+/// A response extension: the refusal it carries was handled below (every credential the
+/// request carried reloaded, the request sent again if it could be), so that the layer
+/// above gives it back as it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handled;
+
+/// The reload of `store`'s credential after a refusal of generation `sent`: whether it
+/// brought a newer one.
+pub(crate) async fn reload<C: Credential>(
+    store: Store<C>,
+    sent: u64,
+    certainty: Certainty,
+) -> bool {
+    store.refresh_after_refusal(sent, certainty).await.is_some()
+}
 
 pin_project! {
     /// What follows a refusal: `Ok(())` when the request should be sent again now,
@@ -86,8 +189,11 @@ impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
         certainty: Certainty,
         response: R,
     ) -> Self {
-        let reload: Reload =
-            Box::pin(async move { store.refresh_after_refusal(sent, certainty).await.is_some() });
+        Self::reloading(Box::pin(reload(store, sent, certainty)), response)
+    }
+
+    /// What follows a refusal whose credentials `reload` reloads.
+    pub(crate) fn reloading(reload: Reload, response: R) -> Self {
         Self {
             step: Step::Reloading { reload },
             response: Some(response),
@@ -166,73 +272,4 @@ fn drained<B: Body>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use futures_util::StreamExt;
-    use std::sync::Arc;
-
-    /// Drains `frames` (then stays pending if `endless`), counting the frames it polled.
-    async fn drain(frames: Vec<usize>, endless: bool) -> (usize, usize) {
-        use http_body_util::{BodyExt, StreamBody};
-        let polled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = polled.clone();
-        let stream = futures_util::stream::iter(frames).map(move |len| {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok::<_, std::convert::Infallible>(http_body::Frame::data(bytes::Bytes::from(vec![
-                b'x';
-                len
-            ])))
-        });
-        let tail = futures_util::stream::pending();
-        let body = if endless {
-            StreamBody::new(stream.chain(tail)).boxed_unsync()
-        } else {
-            StreamBody::new(stream.chain(futures_util::stream::empty())).boxed_unsync()
-        };
-        let mut body = std::pin::pin!(body);
-        let mut deadline = std::pin::pin!(tokio::time::sleep(DRAIN_TIME));
-        let mut read = 0;
-        std::future::poll_fn(|cx| drained(body.as_mut(), &mut read, deadline.as_mut(), cx)).await;
-        (read, polled.load(std::sync::atomic::Ordering::SeqCst))
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_refused_body_is_drained_to_its_end_within_the_limits_and_no_further() {
-        // A Kubernetes `Status`: read to the end.
-        assert_eq!(drain(vec![150, 50], false).await, (200, 2));
-        // Past the limit: the reading stops there, the rest is left unread.
-        let (read, polled) = drain(vec![4096, 4096, 4096, 4096], false).await;
-        assert_eq!((read, polled), (3 * 4096, 3));
-        // A body that never ends: the deadline ends the wait.
-        let started = tokio::time::Instant::now();
-        assert_eq!(drain(vec![10], true).await, (10, 1));
-        assert_eq!(started.elapsed(), DRAIN_TIME);
-    }
-
-    #[tokio::test]
-    async fn no_newer_token_gives_the_response_back_untouched() {
-        let store = crate::test_support::rotated_store().await;
-        // The source's "new" is read by the reload: a newer token.
-        let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("x")));
-        let after = AfterRefusal::new(store.0.clone(), 1, Certainty::Certain, response);
-        let mut after = std::pin::pin!(after);
-        let went = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
-        assert!(went.is_ok());
-        assert_eq!(store.generation(), 2);
-        // The new token refused in turn: the source holds nothing newer, and the response
-        // comes back as it was.
-        let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("y")));
-        let after = AfterRefusal::new(store.0.clone(), 2, Certainty::Certain, response);
-        let mut after = std::pin::pin!(after);
-        let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
-        let body = back.unwrap_err().into_body();
-        use http_body_util::BodyExt;
-        assert_eq!(body.collect().await.unwrap().to_bytes(), "y");
-        // A newer token, but a body that can no longer be replayed: given back too.
-        let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("z")));
-        let after = AfterRefusal::new(store.0.clone(), 1, Certainty::Certain, response);
-        let mut after = std::pin::pin!(after);
-        let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || false)).await;
-        assert!(back.is_err());
-    }
-}
+mod tests;
