@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A/B of the request path: builds the A/B harness (`benches/ab/`: the `per_request`
-# bench's `bearer_layer` and `tower_http_static`) against a base commit and against the
-# work tree, then runs the two binaries in turn, N rounds (default 4), and prints each
-# round's medians (ns per request, one header and an empty header map), ours/static, and
-# at the end the medians of both builds and the worst round. Method: BENCHMARKS.md, "A/B".
+# bench's `bearer_layer` and `tower_http_static`, and `retry_unauthorized`) against a base
+# commit and against the work tree, then runs the two binaries in turn, N rounds (default
+# 4), and prints each round's medians (ns per request, one header and an empty header map)
+# of `bearer_layer` and `tower_http_static`, ours/static, and at the end the medians of both
+# builds and the worst round. Method: BENCHMARKS.md, "A/B".
 #
 #   benches/ab.sh BASE [ROUNDS]        e.g. benches/ab.sh e16f811 6
 #   benches/ab.sh --instructions BASE  instructions per request instead (callgrind)
@@ -12,7 +13,8 @@
 # `--instructions` counts instead, with valgrind's callgrind, what each variant executes per
 # request (the bench run at two sample counts, the difference over the requests added, so
 # that set-up and warm-up cancel out): the same number every run, for the request path's
-# code, though not its memory stalls.
+# code, though not its memory stalls. It counts `retry_unauthorized` too
+# (`BearerLayer::retry_unauthorized()`, the layer of the README's examples), in a second table.
 #
 # The base is checked out in a git worktree outside the repository ($AB_DIR, default
 # ${TMPDIR:-/tmp}/bearer-reload-ab), and the harness (this tree's, the same code for both)
@@ -90,17 +92,31 @@ if [ -n "$count" ]; then
         stat=$(instructions "$bin" tower_http_static)
         printf "%-5s %14s %14s %+10.1f\n" "$which" "$ours" "$stat" "$(awk "BEGIN { print $ours - $stat }")"
         eval "extra_$which=$(awk "BEGIN { print $ours - $stat }")"
+        eval "static_$which=$stat"
     done
     # The static layer's code is the same in both builds; what its count moves by is the
     # set-up's (the allocator's state), so the request path's change is ours-static's.
     printf "ours-static, work - base: %+.1f instructions per request\n" \
         "$(awk "BEGIN { print $extra_work - $extra_base }")"
+    # The same for `BearerLayer::retry_unauthorized()` (a `Full<Bytes>` body, answered 200),
+    # against the static layer's counts above.
+    printf "%-5s %14s %14s %12s\n" build retry static retry-static
+    for which in base work; do
+        bin=$base_bin
+        [ "$which" = work ] && bin=$work_bin
+        retry=$(instructions "$bin" retry_unauthorized)
+        eval "stat=\$static_$which"
+        printf "%-5s %14s %14s %+12.1f\n" "$which" "$retry" "$stat" "$(awk "BEGIN { print $retry - $stat }")"
+        eval "retry_extra_$which=$(awk "BEGIN { print $retry - $stat }")"
+    done
+    printf "retry-static, work - base: %+.1f instructions per request\n" \
+        "$(awk "BEGIN { print $retry_extra_work - $retry_extra_base }")"
     exit 0
 fi
 
 # Medians of one run: "ours_one static_one ours_empty static_empty", in ns.
 medians() {
-    "$1" --bench 2>/dev/null | python3 -c '
+    "$1" --bench --skip retry_unauthorized 2>/dev/null | python3 -c '
 import re, sys
 units = {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}
 group, got = None, {}

@@ -1,21 +1,29 @@
 //! The request path, A against B: the `per_request` bench's `bearer_layer` and
-//! `tower_http_static`, on the same request, inner service and loop
-//! (`benches/common/mod.rs`), built by `benches/ab.sh` once against a base commit and once
-//! against the work tree. Only the store's construction follows the API of the tree it is
-//! built against: `--cfg ab_api="loader"` for commits before `TokenStore::builder`.
+//! `tower_http_static`, and `retry_unauthorized` (the layer every README example uses,
+//! `BearerLayer::retry_unauthorized()`, on a request with the README's body), on the same
+//! request, inner service and loop (`benches/common/mod.rs`), built by `benches/ab.sh` once
+//! against a base commit and once against the work tree. Only the store's construction
+//! follows the API of the tree it is built against: `--cfg ab_api="loader"` for commits
+//! before `TokenStore::builder`.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+use std::convert::Infallible;
 use std::fmt;
-use std::task::{Context, Waker};
+use std::future::{Ready, ready};
+use std::task::{Context, Poll, Waker};
 
 use bearer_reload::{BearerLayer, TokenStore};
+use bytes::Bytes;
 use divan::Bencher;
+use http::header::AUTHORIZATION;
+use http::{Request, Response};
+use http_body_util::{Empty, Full};
 use tower::{Layer, Service};
 use tower_http::auth::AddAuthorizationLayer;
 
-use common::{Echo, Headers, Req, Res, drive, header_of, new_request, sensitive_bearer, token};
+use common::{Echo, Headers, drive, new_request, sensitive_bearer, token};
 
 const SHAPES: [Headers; 2] = [Headers::One, Headers::Empty];
 
@@ -62,24 +70,63 @@ fn store() -> TokenStore {
     .expect("first token")
 }
 
-fn bench<S>(bencher: Bencher<'_, '_>, mut svc: S, headers: Headers)
+/// The retry variant's request: `new_request`'s, with the body the README's hyper-util
+/// example sends (`Full::default()`), which the retry copies before sending.
+type BodyReq = Request<Full<Bytes>>;
+
+/// `Echo` for `BodyReq`: the retry layer wants a response type with a body.
+#[derive(Clone, Copy, Debug)]
+struct EchoBody;
+
+impl Service<BodyReq> for EchoBody {
+    type Response = Response<Empty<Bytes>>;
+    type Error = Infallible;
+    type Future = Ready<Result<Self::Response, Infallible>>;
+
+    #[inline]
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    #[inline]
+    fn call(&mut self, req: BodyReq) -> Self::Future {
+        let mut res = Response::new(Empty::new());
+        *res.headers_mut() = req.into_parts().0.headers;
+        ready(Ok(res))
+    }
+}
+
+/// Checks that `svc` sets `token(0)`, warms it up, then times it on requests from `request`.
+fn bench<S, R, B>(bencher: Bencher<'_, '_>, mut svc: S, request: impl Fn() -> R)
 where
-    S: Service<Req, Response = Res>,
+    S: Service<R, Response = Response<B>>,
     S::Error: fmt::Debug,
 {
-    assert_eq!(header_of(&mut svc), sensitive_bearer(&token(0)));
     let mut cx = Context::from_waker(Waker::noop());
+    let first = drive(&mut svc, request(), &mut cx);
+    assert_eq!(first.headers()[AUTHORIZATION], sensitive_bearer(&token(0)));
     for _ in 0..10_000 {
-        drop(drive(&mut svc, new_request(headers), &mut cx));
+        drop(drive(&mut svc, request(), &mut cx));
     }
     bencher
-        .with_inputs(|| new_request(headers))
+        .with_inputs(request)
         .bench_local_values(|req| drive(&mut svc, req, &mut cx));
 }
 
 #[divan::bench(args = SHAPES)]
 fn bearer_layer(bencher: Bencher<'_, '_>, headers: Headers) {
-    bench(bencher, BearerLayer::new(store()).layer(Echo), headers);
+    let svc = BearerLayer::new(store()).layer(Echo);
+    bench(bencher, svc, || new_request(headers));
+}
+
+/// Not named `bearer_layer_…`: `ab.sh` selects a variant by a pattern on its name.
+#[divan::bench(args = SHAPES)]
+fn retry_unauthorized(bencher: Bencher<'_, '_>, headers: Headers) {
+    let svc = BearerLayer::new(store())
+        .retry_unauthorized()
+        .layer(EchoBody);
+    let request = || new_request(headers).map(|()| Full::default());
+    bench(bencher, svc, request);
 }
 
 #[divan::bench(args = SHAPES)]
@@ -87,5 +134,5 @@ fn tower_http_static(bencher: Bencher<'_, '_>, headers: Headers) {
     // The same set-up as `bearer_layer`, for the allocator's sake (see `per_request`).
     let _heap = store();
     let layer = AddAuthorizationLayer::bearer(&token(0)).as_sensitive(true);
-    bench(bencher, layer.layer(Echo), headers);
+    bench(bencher, layer.layer(Echo), || new_request(headers));
 }

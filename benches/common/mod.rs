@@ -168,10 +168,11 @@ impl AsyncPredicate<Req> for Kube5Token {
 }
 
 /// Readies `svc`, calls it and polls the future to completion with `cx` (a no-op waker).
+/// Generic over the request, for the A/B harness's variant with a request body.
 #[inline(always)]
-pub(crate) fn drive<S>(svc: &mut S, req: Req, cx: &mut Context<'_>) -> Res
+pub(crate) fn drive<S, R>(svc: &mut S, req: R, cx: &mut Context<'_>) -> S::Response
 where
-    S: Service<Req, Response = Res>,
+    S: Service<R>,
     S::Error: fmt::Debug,
 {
     loop {
