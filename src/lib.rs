@@ -119,6 +119,11 @@
 //!   answer, a certificate alert; or our own verifier refused the server's certificate;
 //! - or its method is idempotent: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
 //!
+//! A refused request is sent again once, whatever the stack: the layer's retry over the
+//! `tls` feature's HTTPS client hands its token down, and the client reloads it with its
+//! own certificate and sends the request again with both; the layer then leaves that
+//! answer alone.
+//!
 //! The layer's retry and the reqwest middleware resend after a 401 only. The `tls`
 //! feature's HTTPS client also meets connections that close without an answer, which a
 //! refused certificate and a crashed server both give: there a POST or PATCH goes back
