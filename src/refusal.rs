@@ -39,11 +39,13 @@
 //!   (`Store::resend`).
 //!
 //! A refusal is handled once, by the part closest to the wire that knows every credential
-//! the request carried: the retry layer hands its token down with the request ([`Carried`]),
+//! the request carried: the retry layer hands its token down as it calls its inner service
+//! ([`Carried`]),
 //! an HTTPS transport below reloads it with its own client certificate and sends the
 //! request again at most once with both, and marks the answer [`Handled`] so that the
 //! layer above does not send it a third time.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -125,8 +127,8 @@ impl<B: Body> Refused for http::Response<B> {
 /// The reload after a refusal: whether it brought a newer credential.
 pub(crate) type Reload = Pin<Box<dyn Future<Output = bool> + Send>>;
 
-/// The token a request carries down from the retry layer, for a transport below that
-/// handles a refusal itself (a request extension; see the module docs).
+/// The token of a retry layer, handed down to a transport below that handles a refusal
+/// itself (see the module docs).
 #[derive(Clone)]
 pub(crate) struct Carried {
     pub(crate) store: Store<Token>,
@@ -134,7 +136,37 @@ pub(crate) struct Carried {
     pub(crate) sent: u64,
 }
 
+thread_local! {
+    /// The token of the retry layer whose inner service's `call` runs now on this thread:
+    /// set only for the length of that call (empty at every other moment), so that a
+    /// transport whose `call` runs within it can take it. Not a request extension: that
+    /// allocates a map for every request, about 600 instructions, where this costs a
+    /// reference count (BENCHMARKS.md, "The hand-over of a refusal").
+    static HANDED_DOWN: Cell<Option<Carried>> = const { Cell::new(None) };
+}
+
 impl Carried {
+    /// Runs `call` (the inner service's `call`) with `self` handed down to a transport
+    /// called within it.
+    pub(crate) fn hand_down<R>(self, call: impl FnOnce() -> R) -> R {
+        /// Puts back what was handed down before (a retry layer over another), also when
+        /// `call` panics, and drops what no transport took.
+        struct Restore(Option<Carried>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                drop(HANDED_DOWN.replace(self.0.take()));
+            }
+        }
+        let _restore = Restore(HANDED_DOWN.replace(Some(self)));
+        call()
+    }
+
+    /// The token handed down by the retry layer whose call this runs within, if any.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn take() -> Option<Carried> {
+        HANDED_DOWN.take()
+    }
+
     /// The reload of the carried token after a refusal: whether it brought a newer one.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub(crate) fn reload(&self) -> impl Future<Output = bool> + Send + use<> {

@@ -41,19 +41,19 @@ where
         // passed through as it is.
         let replay = sent.and_then(|_| clone_request(&req));
         let retry_svc = replay.as_ref().map(|_| self.inner.clone());
-        // The token goes down with the request (the replay does not carry it): an HTTPS
-        // transport below that handles the refusal itself reloads it with its own
-        // certificate, and sends the request again once with both.
-        if let (Some(generation), Some(_)) = (sent, &replay) {
-            req.extensions_mut().insert(Carried {
-                store: self.auth.store.clone(),
-                sent: generation,
-            });
-        }
+        // The token goes down with the call: an HTTPS transport below that handles the
+        // refusal itself reloads it with its own certificate, and sends the request again
+        // once with both.
+        let fut = match (sent, &replay) {
+            (Some(sent), Some(_)) => {
+                let store = self.auth.store.clone();
+                let inner = &mut self.inner;
+                Carried { store, sent }.hand_down(|| inner.call(req))
+            }
+            _ => self.inner.call(req),
+        };
         RetryFuture {
-            state: State::First {
-                fut: self.inner.call(req),
-            },
+            state: State::First { fut },
             sent: sent.map(|generation| (self.auth.store.clone(), generation)),
             classifier: self.classifier.clone(),
             replay,

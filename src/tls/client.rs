@@ -285,8 +285,8 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let carried = req.extensions_mut().remove::<Carried>();
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let carried = Carried::take();
         let replay = clone_request(&req);
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.
