@@ -393,15 +393,20 @@ async fn build<C: Credential, S>(
         plan,
     } = parts;
     let store = Store::<C>::load(source, origin, config).await?;
+    let running = refresh::start(store.downgrade(), plan.clone()).await;
     let background = match refresher {
         Refresher::Spawned => {
-            let start: Start<C> = Arc::new(move |weak| Box::pin(refresh::refresher(weak, &plan)));
-            let background = start(store.downgrade());
+            // Subscribing yields the refresher to run: a future that yields a future.
+            #[allow(clippy::async_yields_async)]
+            let start: Start<C> = Arc::new(move |weak| {
+                let plan = plan.clone();
+                Box::pin(async move { Box::pin(refresh::start(weak, plan).await) as _ })
+            });
             store.restart_with(start);
-            tokio::spawn(background);
+            tokio::spawn(running);
             None
         }
-        Refresher::Caller => Some(Box::pin(refresh::refresher(store.downgrade(), &plan)) as _),
+        Refresher::Caller => Some(Box::pin(running) as _),
     };
     Ok((finish(store), background))
 }

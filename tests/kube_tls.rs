@@ -176,15 +176,16 @@ async fn an_exec_plugins_token_and_certificate_come_from_one_run() {
     let arrival = server.arrivals().pop().unwrap();
     assert_eq!(arrival.authorization.as_deref(), Some("Bearer token-1"));
 
-    // A refused certificate runs the plugin again, for the identity alone: the token store
-    // keeps its token, and no run hands the token store a certificate.
+    // A 401 refuses the request's credentials, which cannot be told apart: both stores
+    // read the plugin again (one run each), and the request goes again once, with both
+    // new ones.
     let next = ca.client("jane", HOUR);
     issue("token-2", &next);
     server.refuse(&first.fingerprint());
     assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
-    assert_eq!(plugin.runs(), 2, "one run for the refusal");
+    assert_eq!(plugin.runs(), 3, "one run for each store after the refusal");
     let arrival = server.arrivals().pop().unwrap();
-    assert_eq!(arrival.authorization.as_deref(), Some("Bearer token-1"));
+    assert_eq!(arrival.authorization.as_deref(), Some("Bearer token-2"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

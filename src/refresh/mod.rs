@@ -1,6 +1,6 @@
 //! What keeps a store fresh in the background: the [timer] and the file
 //! [watcher](watch) (through the process-wide [registry], on the names of the
-//! file's [symlink chain](chain)), run together as the store's [`refresher`].
+//! file's [symlink chain](chain)), run together as the store's refresher ([`start`]).
 //!
 //! Each holds only a weak reference to its store: the refresher ends when the store is
 //! dropped. When it is dropped first (its runtime shut down), it tells the store, which
@@ -30,18 +30,20 @@ pub(crate) struct Plan {
     pub(crate) follow: Option<Arc<dyn follow::Leader>>,
 }
 
-/// The refresher of the store behind `store`: its timer, for a file its watcher (which
-/// subscribes here, before the future first runs, so that the store's status says so at
-/// once), and for a part of another store's credential its [follower](follow), until the
-/// store is dropped.
-pub(crate) fn refresher<C: Credential>(
+/// The refresher of the store behind `store`: its timer, for a file its watcher, and for
+/// a part of another store's credential its [follower](follow), until the store is
+/// dropped. The watcher subscribes (and the store's status says so) before this returns.
+pub(crate) async fn start<C: Credential>(
     store: WeakStore<C>,
-    plan: &Plan,
+    plan: Plan,
 ) -> impl Future<Output = ()> + Send + use<C> {
-    let timer = timer::run(store.clone(), plan.period, plan.clock);
-    let watcher = (!plan.watch.is_empty()).then(|| watch::watch(store.clone(), &plan.watch));
-    let follower = (plan.follow.clone()).map(|leader| follow::follow(store.clone(), leader));
     let early = Early(store.clone());
+    let watcher = match plan.watch.is_empty() {
+        true => None,
+        false => Some(watch::watch(store.clone(), &plan.watch).await),
+    };
+    let timer = timer::run(store.clone(), plan.period, plan.clock);
+    let follower = (plan.follow.clone()).map(|leader| follow::follow(store.clone(), leader));
     async move {
         let watcher = async move {
             match watcher {

@@ -241,6 +241,10 @@ impl Registry {
             Some(d) if d.armed => return Ok(d.epoch),
             Some(_) => {}
         }
+        // Taken before the watch (and outside `control`: a directory that stops answering
+        // holds this thread, not the other stores' watches): if the directory is replaced
+        // in between, the next check sees a change and re-arms, rather than missing one.
+        let identity = identity(dir);
         let mut control = lock(&self.control);
         let (stale, failure) = match lock(&self.table).dirs.get(dir) {
             None => return Err(not_subscribed()),
@@ -254,9 +258,6 @@ impl Registry {
             }
             lock(&self.table).set_watched(dir, false);
         }
-        // Taken before the watch: if the directory is replaced in between, the next check
-        // sees a change and re-arms, rather than missing one.
-        let identity = identity(dir);
         let result = match identity {
             Some(_) => self.watch(&mut control, dir),
             // Lost (and said so) before: the same reason, not a second warning.
@@ -373,11 +374,22 @@ impl Subscriber {
 }
 
 impl Drop for Subscriber {
+    /// Unsubscribes on the blocking pool when dropped in a runtime: the last subscriber of
+    /// a directory unwatches it, under the lock that a watch of a directory that stops
+    /// answering may hold.
     fn drop(&mut self) {
-        for entry in &self.entries {
-            self.registry.unregister(entry, self.id);
+        let (registry, id) = (self.registry.clone(), self.id);
+        let entries = std::mem::take(&mut self.entries);
+        let unsubscribe = move || {
+            for entry in &entries {
+                registry.unregister(entry, id);
+            }
+            registry.live.fetch_sub(1, Ordering::Relaxed);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(unsubscribe)),
+            Err(_) => unsubscribe(),
         }
-        self.registry.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -53,29 +53,29 @@ const REARM_MAX: Duration = Duration::from_secs(2);
 /// Subscribes `handle`'s store to changes of each of `paths`' chains through the
 /// process-wide registry, and returns the loops that reload it on each change (see the
 /// module docs), run together. The store's watch state is theirs combined: degraded when
-/// one is.
-pub(crate) fn watch<C: Credential>(
+/// one is. Subscribing follows links and watches directories, on the blocking pool: a
+/// mount that stops answering holds a blocking thread, never a runtime's worker.
+pub(crate) async fn watch<C: Credential>(
     handle: WeakStore<C>,
     paths: &[PathBuf],
 ) -> impl Future<Output = ()> + Send + use<C> {
     let parts = Parts::new(paths.len());
-    let loops: Vec<_> = paths
-        .iter()
-        .enumerate()
-        .map(|(index, path)| {
-            let part = Part {
-                parts: parts.clone(),
-                index,
-            };
-            Box::pin(watch_part(&GLOBAL, handle.clone(), path, part))
-        })
-        .collect();
+    let mut loops = Vec::new();
+    for (index, path) in paths.iter().enumerate() {
+        let part = Part {
+            parts: parts.clone(),
+            index,
+        };
+        if let Some(watcher) = subscribe(&GLOBAL, handle.clone(), path, part).await {
+            loops.push(Box::pin(watcher.run()));
+        }
+    }
     join_all(loops)
 }
 
 /// [`watch`] of one path through `registry`.
 #[cfg(test)]
-pub(crate) fn watch_with<C: Credential>(
+pub(crate) async fn watch_with<C: Credential>(
     registry: &Arc<Registry>,
     handle: WeakStore<C>,
     path: &Path,
@@ -84,31 +84,67 @@ pub(crate) fn watch_with<C: Credential>(
         parts: Parts::new(1),
         index: 0,
     };
-    watch_part(registry, handle, path, part)
+    let watcher = subscribe(registry, handle, path, part).await;
+    async move {
+        if let Some(watcher) = watcher {
+            watcher.run().await;
+        }
+    }
 }
 
-fn watch_part<C: Credential>(
+/// A watcher of `path` for `handle`'s store, subscribed (its watch state said) before it
+/// is handed back; `None` when the runtime shut down meanwhile.
+async fn subscribe<C: Credential>(
     registry: &Arc<Registry>,
     handle: WeakStore<C>,
     path: &Path,
     part: Part,
-) -> impl Future<Output = ()> + Send + use<C> {
-    let start = Start::of(path);
-    let mut watcher = Watcher {
-        // Replaced by the directory's own once subscribed.
-        reads: Arc::new(Semaphore::new(1)),
-        sub: Subscriber::new(registry, Signal::default()),
-        store: handle,
-        start,
-        seen: HashMap::new(),
-        state: None,
-        chain_error: None,
-        part,
-    };
-    // Subscribed before the store is handed out: its status says so at once.
-    watcher.update();
-    watcher.reads = registry.read_limit(watcher.start.dir());
-    watcher.run()
+) -> Option<Watcher<C>> {
+    let (registry, path) = (registry.clone(), path.to_owned());
+    let (watcher, _) = off_runtime(move || {
+        let mut watcher = Watcher {
+            // Replaced by the directory's own once subscribed.
+            reads: Arc::new(Semaphore::new(1)),
+            sub: Subscriber::new(&registry, Signal::default()),
+            store: handle,
+            start: Start::of(&path),
+            seen: HashMap::new(),
+            state: None,
+            chain_error: None,
+            part,
+        };
+        let update = watcher.update();
+        watcher.reads = registry.read_limit(watcher.start.dir());
+        (watcher, update)
+    })
+    .await?;
+    Some(watcher)
+}
+
+/// Runs `work` on the blocking pool, with the caller's tracing subscriber, and says on the
+/// calling task what it found of the watch: `None` when the runtime shut down meanwhile.
+async fn off_runtime<C: Credential>(
+    work: impl FnOnce() -> (Watcher<C>, Update) + Send + 'static,
+) -> Option<(Watcher<C>, bool)> {
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
+    let (watcher, update) =
+        tokio::task::spawn_blocking(move || tracing::dispatcher::with_default(&dispatch, work))
+            .await
+            .ok()?;
+    // Said here, not on the blocking thread: the store's metrics are recorded where its
+    // tasks run.
+    if let Some(state) = update.state {
+        watcher.store.set_watch_state(state);
+    }
+    Some((watcher, update.missed))
+}
+
+/// What an [`update`](Watcher::update) found.
+struct Update {
+    /// A directory was armed since it was last seen.
+    missed: bool,
+    /// The store's watch state, when it changed.
+    state: Option<WatchState>,
 }
 
 /// Runs every loop until all have ended.
@@ -189,7 +225,10 @@ impl<C: Credential> Watcher<C> {
                 }
             };
             loop {
-                let missed = self.update();
+                let Some((watcher, missed)) = self.updated().await else {
+                    return;
+                };
+                self = watcher;
                 // Nothing to read: no event, or every event was read as it came.
                 if !missed && !woken {
                     break;
@@ -212,11 +251,21 @@ impl<C: Credential> Watcher<C> {
         self.state == Some(WatchState::Active)
     }
 
+    /// [`update`](Self::update), on the blocking pool (it touches the filesystem); `None`
+    /// when the runtime shut down meanwhile.
+    async fn updated(mut self) -> Option<(Self, bool)> {
+        off_runtime(move || {
+            let update = self.update();
+            (self, update)
+        })
+        .await
+    }
+
     /// Resolves the chain again, watches what it needs, and reports the watch state.
     /// Returns whether a directory was armed since it was last seen, again or for the
     /// first time (a link re-pointed into it): what was written there before is in no
     /// event, and no read on the event's thread saw it after the watch began.
-    fn update(&mut self) -> bool {
+    fn update(&mut self) -> Update {
         let chain = self.start.resolve();
         if chain.error.is_some() && chain.error != self.chain_error {
             let error = chain.error.as_ref().map(ToString::to_string);
@@ -244,13 +293,15 @@ impl<C: Credential> Watcher<C> {
             None => WatchState::Active,
             Some(reason) => WatchState::Degraded { reason },
         };
+        let mut changed = None;
         if self.state.as_ref() != Some(&state) {
             self.state = Some(state.clone());
-            if let Some(combined) = self.part.set(state) {
-                self.store.set_watch_state(combined);
-            }
+            changed = self.part.set(state);
         }
-        missed
+        Update {
+            missed,
+            state: changed,
+        }
     }
 
     /// Reads the file again after an event. A failed read is retried after each delay in

@@ -13,17 +13,12 @@
 //! started by the [builder](crate::StoreBuilder) and hold a weak reference: they stop
 //! when the last `TokenStore` clone is dropped.
 //!
-//! The files of this module use only files before them in this order. Leaves: `error`
-//! ([`LoadError`]), `credential` (what each kind of credential says of itself, and the
-//! `event!` log line), `status` ([`Status`] and the counters), `expiry` (warnings of a
-//! stalled rotator), `telemetry` (metrics). Then the parts, each
-//! owning its piece of the state: `install` (the credential in use, its generation word,
-//! and replacing it), `flight` (the single flight's books: which read answers whom),
-//! `refused` (the rate limit of refusal reads). `shared` holds them all in `Shared` with
-//! the store's options; after it come the files that act on it: `reload` (the read task,
-//! and the end of each read), `weak` (the weak handle of background work), `background`
-//! (restarting a refresher that stopped). Last, this file: the handles ([`TokenStore`],
-//! `Store`), their refusal reloads, and the re-exports.
+//! Its files, by concern: `credential` (what each kind of credential says of itself),
+//! `error` ([`LoadError`]), `status` ([`Status`] and the counters), `expiry` (warnings of a
+//! stalled rotator), `telemetry` (metrics), `install` (the credential in use and replacing
+//! it), `flight` (the single flight's books), `refused` (the rate limit of refusal reads),
+//! `shared` (the state every handle shares, its reads and its restarts), `weak` (the weak
+//! handle of background work), and this file: the handles and their refusal reloads.
 //!
 //! [`ArcSwap`]: https://docs.rs/arc-swap/1/arc_swap/type.ArcSwap.html
 //!
@@ -66,14 +61,12 @@ use crate::source::{DynSource, FetchContext, Trigger};
 use crate::sync::lock;
 use crate::token::Token;
 
-mod background;
 mod credential;
 mod error;
 mod expiry;
 mod flight;
 mod install;
 mod refused;
-mod reload;
 mod shared;
 mod status;
 mod telemetry;
@@ -87,10 +80,10 @@ pub(crate) use error::Chain;
 pub use error::LoadError;
 pub use status::{Status, WatchState};
 
-pub(crate) use background::Start;
 pub(crate) use flight::{OnFailure, ReadsDone, Recency};
 pub(crate) use refused::Certainty;
 pub(crate) use shared::Config;
+pub(crate) use shared::Start;
 pub(crate) use status::RetryOutcome;
 pub(crate) use weak::WeakStore;
 
@@ -481,13 +474,6 @@ impl Store<Token> {
         let token = self.current();
         headers.insert(http::header::AUTHORIZATION, token.header_value().clone());
         self.count_retry(RetryOutcome::Sent);
-    }
-}
-
-impl<C: Credential> WeakStore<C> {
-    /// The store, unless every `TokenStore` clone has been dropped.
-    pub(crate) fn upgrade(&self) -> Option<Store<C>> {
-        self.shared().map(|shared| Store { shared })
     }
 }
 

@@ -3,10 +3,11 @@
 use std::fmt;
 use std::sync::{Arc, Weak};
 
+use super::Store;
 use super::credential::Credential;
 use super::error::LoadError;
 use super::flight::{Ask, OnFailure, Recency, wait};
-use super::shared::Shared;
+use super::shared::{STOPPED, Shared};
 use super::status::{Reloaded, WatchState};
 use crate::source::Trigger;
 
@@ -73,5 +74,38 @@ impl<C: Credential> WeakStore<C> {
         if let Some(shared) = self.shared.upgrade() {
             shared.set_watch_state(state);
         }
+    }
+}
+
+impl<C: Credential> WeakStore<C> {
+    /// The refresher was dropped before the store: report it, and let the next use start
+    /// it again (see the module docs).
+    pub(crate) fn refresher_stopped(&self) {
+        let Some(s) = self.shared() else {
+            return;
+        };
+        s.set_watch_state(WatchState::Stopped {
+            reason: STOPPED.to_owned(),
+        });
+        let restarts = s.restart.get().is_some();
+        if restarts {
+            s.current.stop();
+        }
+        tracing::warn!(
+            source = %s.origin,
+            "nothing refreshes the token any more: {STOPPED}; {}",
+            if restarts {
+                "the next request or reload from a live runtime starts it again"
+            } else {
+                "its refresher came from `StoreBuilder::pair`, so nothing starts it again"
+            }
+        );
+    }
+}
+
+impl<C: Credential> WeakStore<C> {
+    /// The store, unless every `TokenStore` clone has been dropped.
+    pub(crate) fn upgrade(&self) -> Option<Store<C>> {
+        self.shared().map(|shared| Store { shared })
     }
 }

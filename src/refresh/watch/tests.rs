@@ -38,7 +38,7 @@ async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duratio
     let handle = store.0.downgrade();
     tokio::spawn(crate::refresh::until_closed(
         handle.clone(),
-        watch_with(registry, handle, path),
+        watch_with(registry, handle, path).await,
     ));
     store
 }
@@ -297,7 +297,7 @@ async fn a_read_that_fails_after_an_event_is_retried_quietly_then_reported_once(
     let handle = store.0.downgrade();
     tokio::spawn(crate::refresh::until_closed(
         handle.clone(),
-        watch_with(&registry, handle, &path),
+        watch_with(&registry, handle, &path).await,
     ));
     eventually("watching", || store.status().watch == WatchState::Active).await;
 

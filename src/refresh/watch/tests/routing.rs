@@ -82,7 +82,7 @@ async fn an_event_for_the_whole_directory_reads_each_file_once_a_few_at_a_time()
         let handle = store.0.downgrade();
         tokio::spawn(crate::refresh::until_closed(
             handle.clone(),
-            watch_with(&registry, handle, path),
+            watch_with(&registry, handle, path).await,
         ));
         stores.push(store);
     }
