@@ -125,6 +125,7 @@ mod client;
 pub(crate) mod connect;
 mod error;
 mod identity;
+mod key_type;
 mod provider;
 pub(crate) mod refusal;
 mod roots;
@@ -135,6 +136,7 @@ pub use certificate::Certificate;
 pub use client::HttpsClient;
 pub use error::CertificateError;
 pub use identity::IdentityStore;
+pub use key_type::KeyType;
 pub use roots::RootStore;
 
 /// Whether `pem` is a client identity the [`IdentityStore`] would install, or why not: for

@@ -12,17 +12,28 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 
 use super::CertificateError;
-use crate::source::{BoxError, FetchContext, Fetched, FileError, FileSource, TokenSource};
+use crate::source::{BoxError, FetchContext, Fetched, FileSource, TokenSource};
 use crate::store::{Credential, Kind, LoadError, Stamp, attached};
 
 /// A client certificate (with its chain) and its private key in two PEM files (see
 /// [`IdentityStore::files`](super::IdentityStore::files)).
+///
+/// Both files change in one step in a projected volume (the kubelet's `..data` swap: a
+/// pod certificate's `keyPath` and `certificateChainPath`, a Secret's `tls.key` and
+/// `tls.crt`), but two reads are two steps: a swap between them would pair the old
+/// certificate with the new key. The certificate is read again after the key, and the
+/// pair read again while the certificate moved, so that a read holds both files of one
+/// swap (the key check refuses what still does not belong together).
 #[derive(Debug, Clone)]
-pub(crate) struct PemFiles {
+pub(crate) struct PemFiles<S = FileSource> {
     paths: [PathBuf; 2],
-    cert: FileSource,
-    key: FileSource,
+    cert: S,
+    key: S,
 }
+
+/// How many times a fetch reads the pair again when the certificate moved under it:
+/// a swap takes one; more means the files change faster than they are read.
+const SWAPS_WAITED: usize = 3;
 
 impl PemFiles {
     /// The certificate at `cert` and the key at `key`.
@@ -36,39 +47,79 @@ impl PemFiles {
     }
 }
 
+/// One of the two files.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    Certificate,
+    Key,
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Part::Certificate => "certificate",
+            Part::Key => "key",
+        })
+    }
+}
+
 /// A read of one of the two files that failed, and which.
 #[derive(Debug, thiserror::Error)]
 #[error("{part} {}", path.display())]
 struct PartError {
-    part: &'static str,
+    part: Part,
     path: PathBuf,
     #[source]
-    source: FileError,
+    source: BoxError,
 }
 
-impl TokenSource for PemFiles {
+impl<S: TokenSource> PemFiles<S> {
+    fn part(&self, part: Part) -> (&S, &PathBuf) {
+        match part {
+            Part::Certificate => (&self.cert, &self.paths[0]),
+            Part::Key => (&self.key, &self.paths[1]),
+        }
+    }
+
+    async fn read(&self, part: Part, cx: FetchContext) -> Result<Fetched, PartError> {
+        let (source, path) = self.part(part);
+        source.fetch(cx).await.map_err(|e| PartError {
+            part,
+            path: path.clone(),
+            source: e.into(),
+        })
+    }
+}
+
+impl<S: TokenSource> TokenSource for PemFiles<S> {
     type Error = BoxError;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        let part = |part, path: &PathBuf| {
-            let path = path.clone();
-            move |source| PartError { part, path, source }
-        };
-        let cert = self
-            .cert
-            .fetch(cx)
-            .await
-            .map_err(part("certificate", &self.paths[0]))?;
-        let key = self
-            .key
-            .fetch(cx)
-            .await
-            .map_err(part("key", &self.paths[1]))?;
+        let mut cert = self.read(Part::Certificate, cx).await?;
+        for _ in 0..SWAPS_WAITED {
+            let key = self.read(Part::Key, cx).await?;
+            let again = self.read(Part::Certificate, cx).await?;
+            if again.bytes() == cert.bytes() {
+                return Ok(join(&cert, &key));
+            }
+            cert = again;
+        }
+        let key = self.read(Part::Key, cx).await?;
         Ok(join(&cert, &key))
     }
 
     fn fetch_now(&self, cx: FetchContext) -> Option<Fetched> {
-        Some(join(&self.cert.fetch_now(cx)?, &self.key.fetch_now(cx)?))
+        let mut cert = self.cert.fetch_now(cx)?;
+        for _ in 0..SWAPS_WAITED {
+            let key = self.key.fetch_now(cx)?;
+            let again = self.cert.fetch_now(cx)?;
+            if again.bytes() == cert.bytes() {
+                return Some(join(&cert, &key));
+            }
+            cert = again;
+        }
+        // Left to `fetch`, on the blocking pool.
+        None
     }
 
     fn describe(&self) -> String {
@@ -350,7 +401,80 @@ impl<S: TokenSource, T: Parse> PemSource<S, T> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::source::FnSource;
+    use crate::test_support::pki::Ca;
+    use crate::tls::IdentityStore;
+
+    /// A source of `pems` in turn, the last one again and again, counting its reads.
+    fn in_turn(name: &str, pems: Vec<String>) -> (FnSource, Arc<AtomicUsize>) {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = reads.clone();
+        let source = FnSource::new(name, move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let pem = pems[n.min(pems.len() - 1)].clone().into_bytes();
+            async move { Ok::<_, std::convert::Infallible>(pem) }
+        });
+        (source, reads)
+    }
+
+    /// The kubelet swapped `..data` after the chain was read and before the key was: the
+    /// chain read again after the key has moved, and the pair is read again, never the
+    /// old certificate presented with the new key (nor refused as a mismatch).
+    #[tokio::test]
+    async fn a_swap_between_the_two_reads_is_read_again_never_paired_across() {
+        let ca = Ca::new("pods");
+        let (old, new) = (
+            ca.client("pod", Duration::from_secs(3600)),
+            ca.client("pod", Duration::from_secs(3600)),
+        );
+        let (chain, chain_reads) = in_turn("chain", vec![old.chain(), new.chain()]);
+        let (key, key_reads) = in_turn("key", vec![new.key_pem.clone()]);
+        let files = PemFiles {
+            paths: ["/pod/chain.pem".into(), "/pod/key.pem".into()],
+            cert: chain,
+            key,
+        };
+        let identity = IdentityStore::builder(files)
+            .no_watch()
+            .no_periodic_refresh()
+            .load()
+            .await
+            .unwrap();
+        assert_eq!(identity.certificate().fingerprint, new.fingerprint());
+        // The old chain, the new one after the key, the key again and the new chain again.
+        assert_eq!(chain_reads.load(Ordering::SeqCst), 3);
+        assert_eq!(key_reads.load(Ordering::SeqCst), 2);
+        assert_eq!(identity.status().failures, 0);
+    }
+
+    /// Files that go on changing faster than they are read: after the reads it waits, the
+    /// pair read last is left to the key check, which refuses it, naming both files.
+    #[tokio::test]
+    async fn files_that_never_settle_are_left_to_the_key_check() {
+        let ca = Ca::new("pods");
+        let chains: Vec<String> = (0..8)
+            .map(|_| ca.client("pod", Duration::from_secs(3600)).chain())
+            .collect();
+        let other = ca.client("pod", Duration::from_secs(3600));
+        let (chain, chain_reads) = in_turn("chain", chains);
+        let (key, _) = in_turn("key", vec![other.key_pem.clone()]);
+        let files = PemFiles {
+            paths: ["/pod/chain.pem".into(), "/pod/key.pem".into()],
+            cert: chain,
+            key,
+        };
+        let err = IdentityStore::builder(files).load().await.unwrap_err();
+        let chain_text = crate::store::Chain(&err).to_string();
+        assert!(
+            chain_text.contains("certificate /pod/chain.pem and key /pod/key.pem"),
+            "{chain_text}"
+        );
+        assert!(chain_text.contains("does not match"), "{chain_text}");
+        assert_eq!(chain_reads.load(Ordering::SeqCst), 1 + SWAPS_WAITED);
+    }
 
     #[test]
     fn a_certificate_and_key_pair_is_watched_and_re_read_as_its_files_are() {
