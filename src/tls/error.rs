@@ -2,6 +2,7 @@
 
 use std::time::SystemTime;
 
+use super::KeyType;
 use crate::clock::Rfc3339;
 
 /// Why the bytes a source gave are not a usable client certificate (with its key) or CA
@@ -25,10 +26,21 @@ pub enum CertificateError {
     /// No private key section (`PRIVATE KEY`, `RSA PRIVATE KEY`, `EC PRIVATE KEY`).
     #[error("no private key in the PEM")]
     NoKey,
-    /// The key's type is not one the crypto provider can sign with (with ring or aws-lc-rs:
-    /// RSA of at least 2048 bits, ECDSA P-256 or P-384, Ed25519).
-    #[error("the private key is of an unsupported type")]
-    UnsupportedKey,
+    /// The key's type is not one the crypto provider can sign with. ring signs with RSA of
+    /// 2048 to 8192 bits, ECDSA P-256 and P-384, and Ed25519; aws-lc-rs with ECDSA P-521 as
+    /// well, and so with every key type of a Kubernetes pod certificate. Found when the
+    /// key is read, never at a handshake.
+    #[error(
+        "the private key ({key_type}) is of a type {provider} cannot sign with{}",
+        .key_type.remedy(.provider)
+    )]
+    UnsupportedKey {
+        /// The key's type.
+        key_type: KeyType,
+        /// The crypto provider that cannot: `ring`, `aws-lc-rs`, or `the process default
+        /// provider` (one the application installed).
+        provider: &'static str,
+    },
     /// The private key is not the certificate's: read in the middle of a rotation (a new
     /// certificate beside the old key), or two files that do not belong together.
     #[error("the private key does not match the certificate")]
