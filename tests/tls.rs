@@ -1154,4 +1154,71 @@ async fn a_refused_token_and_certificate_send_a_post_again_once_with_both() {
     assert_eq!(post("/stale").await, StatusCode::UNAUTHORIZED);
     assert_eq!(received(server, "/stale"), 1);
     assert_eq!((tokens.generation(), quiet.identity.generation()), (2, 2));
+
+/// An `http://` request through an `HttpsClient` (with the token a `BearerLayer` put on
+/// it) is refused before anything is dialled, with an error naming the URI: a plain
+/// hyper-util server on loopback never sees a connection. It was sent in plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_text_request_is_refused_and_never_reaches_the_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _server = support::serve::spawn_counting(
+        listener,
+        None,
+        |_req| async { http::Response::new(Empty::<Bytes>::new()) },
+        connections.clone(),
+    );
+    let ca = Ca::new("kubernetes");
+    let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
+        .load()
+        .await
+        .unwrap();
+    let token = bearer_reload::TokenStore::builder(bearer_reload::source::FnSource::new(
+        "a token",
+        || async { Ok::<_, std::io::Error>(b"plain-text-secret-token".to_vec()) },
+    ))
+    .load()
+    .await
+    .unwrap();
+    let client = tower::ServiceBuilder::new()
+        .layer(bearer_reload::BearerLayer::new(token))
+        .service(HttpsClient::<Empty<Bytes>>::new(roots));
+    let uri = format!("http://{addr}/api/v1/secrets?watch=1");
+    let request = Request::get(&uri).body(Empty::new()).unwrap();
+    let error = tokio::time::timeout(DEADLINE, client.clone().oneshot(request))
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(error.is_connect(), "{error:?}");
+    let chain = support::chain(&error);
+    assert!(
+        chain.contains(&format!(
+            "refused to send a request to http://{addr}/ in plain text"
+        )),
+        "{chain}"
+    );
+    assert!(!chain.contains("plain-text-secret-token"), "{chain}");
+    let mut source = std::error::Error::source(&error);
+    let mut named = None;
+    while let Some(e) = source {
+        named = named.or(e.downcast_ref::<bearer_reload::tls::RequestError>());
+        source = e.source();
+    }
+    assert!(
+        matches!(
+            named,
+            Some(bearer_reload::tls::RequestError::NotHttps { .. })
+        ),
+        "{chain}"
+    );
+    // The same server, asked directly, counts the connection: the client made none.
+    let plain = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let reached = plain
+        .request(Request::get(&uri).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(reached.status(), StatusCode::OK);
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

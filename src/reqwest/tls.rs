@@ -38,10 +38,11 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 ///
 /// It sends the request itself, on the client of the current credentials: put it last,
 /// after any other middleware (a [`BearerMiddleware`](super::BearerMiddleware) comes
-/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used
-/// (but building it with reqwest's rustls backend and no provider needs rustls's process
-/// default provider, as in the example);
-/// each generation's client comes from
+/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used:
+/// build it with [`client`](Self::client), as in the example, which needs no process-wide
+/// rustls provider (`reqwest::Client::new()` over reqwest's rustls backend without a
+/// provider panics unless the application installed one). Each generation's client
+/// comes from
 /// [`client_builder`](Self::client_builder) (reqwest's defaults by default), with this
 /// crate's rustls configuration: reqwest's `rustls-no-provider` backend, rustls's
 /// provider as [the `tls` module](crate::tls#tls-providers) says, HTTP/2 and HTTP/1.1 by
@@ -59,16 +60,13 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 /// use bearer_reload::source::FileSource;
 /// use bearer_reload::tls::{IdentityStore, RootStore};
 ///
-/// rustls::crypto::ring::default_provider()
-///     .install_default()
-///     .expect("no other provider installed yet");
 /// // cert-manager's Secret in a projected volume, and the CA that signs Vault's certificate.
 /// let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 /// let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
 /// let tls = TlsMiddleware::new(roots)
 ///     .identity(identity)
 ///     .client_builder(|| reqwest::Client::builder().timeout(Duration::from_secs(10)));
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+/// let client = reqwest_middleware::ClientBuilder::new(tls.client()?)
 ///     .with(tls)
 ///     .build();
 /// let response = client.get("https://vault.internal:8200/v1/sys/health").send().await?;
@@ -125,6 +123,23 @@ impl TlsMiddleware {
         let mut stores = self.shared.stores.clone();
         stores.identity = Some(identity);
         Self::build(stores, self.shared.make.clone())
+    }
+
+    /// A `reqwest::Client` to build the `reqwest_middleware::ClientWithMiddleware` on, which
+    /// wants one although this middleware sends each request on a client of its own (see
+    /// the [example](Self#examples)). Made with the stores' rustls configuration, with
+    /// rustls's provider as [the `tls` module](crate::tls#tls-providers) says: unlike
+    /// `reqwest::Client::new()` over reqwest's `rustls-no-provider` backend, it needs no
+    /// process-wide provider.
+    ///
+    /// # Errors
+    ///
+    /// reqwest's, when it cannot build a client (the system's proxy settings or root
+    /// certificates cannot be read, ...).
+    pub fn client(&self) -> std::result::Result<Client, ::reqwest::Error> {
+        Client::builder()
+            .tls_backend_preconfigured(self.shared.stores.client_config())
+            .build()
     }
 
     /// Each generation's client starts from the builder `make` returns (timeouts, proxies,

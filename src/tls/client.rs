@@ -29,7 +29,7 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{Dialled, Serves, Tagging, Verdict, https_connector};
+use super::connect::{Dialled, HttpsOnly, Serves, Tagging, Verdict, https_connector};
 use super::refusal::{Blame, blame};
 use super::stores::{Blamed, Generations, Stores};
 use super::{IdentityStore, RootStore};
@@ -43,7 +43,7 @@ use crate::sync::lock;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The connector under every pool.
-type Connector = Tagging<HttpsConnector<HttpConnector>>;
+type Connector = Tagging<HttpsOnly<HttpsConnector<HttpConnector>>>;
 
 /// A hyper-util HTTPS client (rustls with ring) that presents an
 /// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
@@ -195,12 +195,12 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let inner = https_connector(
+        let inner = HttpsOnly(https_connector(
             &stores,
             settings.server_name.clone(),
             settings.connect_timeout,
             Serves::Any,
-        );
+        ));
         let connector = Tagging {
             inner,
             stores: Arc::new(stores.clone()),

@@ -1,9 +1,28 @@
-//! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle.
+//! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle;
+//! [`RequestError`]: why an [`HttpsClient`](super::HttpsClient) sent no request.
 
 use std::time::SystemTime;
 
+use http::Uri;
+
 use super::KeyType;
 use crate::clock::Rfc3339;
+
+/// Why an [`HttpsClient`](super::HttpsClient) sent no request: the source of the
+/// hyper-util error it answers with (`Error::is_connect`), before anything is dialled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request's URI is not `https://`: it would carry its token, and the client's
+    /// certificate stands for TLS, so it is never sent in plain text.
+    #[error(
+        "refused to send a request to {uri} in plain text: HttpsClient sends https:// URIs alone"
+    )]
+    NotHttps {
+        /// The scheme and authority of the request's URI (what hyper-util dials).
+        uri: Uri,
+    },
+}
 
 /// Why the bytes a source gave are not a usable client certificate (with its key) or CA
 /// bundle. The store keeps the last good one, and the [`LoadError`](crate::LoadError) that

@@ -178,15 +178,15 @@
 //! let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 //! let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
 //!
-//! // reqwest: the middleware last (reqwest's own client needs a process default provider).
-//! let _ = rustls::crypto::ring::default_provider().install_default();
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-//!     .with(TlsMiddleware::new(roots.clone()).identity(identity.clone()))
+//! // reqwest: the middleware last, on the client it makes (no process default provider).
+//! let tls = TlsMiddleware::new(roots.clone()).identity(identity.clone());
+//! let client = reqwest_middleware::ClientBuilder::new(tls.client()?)
+//!     .with(tls)
 //!     .build();
 //! let health = client.get("https://vault.internal:8200/v1/sys/health").send().await?;
 //!
 //! // tonic: any generated client over the channel.
-//! let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots).identity(identity);
+//! let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots)?.identity(identity);
 //! let mut grpc = tonic_health::pb::health_client::HealthClient::new(channel);
 //! let serving = grpc.check(tonic_health::pb::HealthCheckRequest::default()).await?;
 //! # let _ = (health, serving); Ok(()) }
@@ -214,7 +214,7 @@ pub(crate) mod stores;
 
 pub use certificate::Certificate;
 pub use client::HttpsClient;
-pub use error::CertificateError;
+pub use error::{CertificateError, RequestError};
 pub use identity::IdentityStore;
 pub use key_type::KeyType;
 pub use roots::RootStore;

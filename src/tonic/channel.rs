@@ -60,11 +60,8 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// [`body`](crate::body) module shows). By default it presents no client certificate and
 /// gives a TCP connect 30 s; each setter returns the channel with no connection.
 ///
-/// # Panics
-///
-/// [`new`](Self::new) panics when `origin` has no authority or a scheme other than
-/// `https`, as `tonic::transport::Endpoint::from_static` does for a URI that does not
-/// parse.
+/// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an
+/// [`OriginError`] naming it.
 ///
 /// # Examples
 ///
@@ -78,7 +75,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// // An etcd client's certificate from cert-manager, and the CA of etcd's.
 /// let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 /// let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
-/// let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots).identity(identity);
+/// let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots)?.identity(identity);
 /// let mut health = HealthClient::new(channel);
 /// let serving = health.check(HealthCheckRequest::default()).await?;
 /// # let _ = serving; Ok(()) }
@@ -111,6 +108,24 @@ impl<B> fmt::Debug for TlsChannel<B> {
     }
 }
 
+/// Why [`TlsChannel::new`] refused an origin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OriginError {
+    /// The origin's scheme is not `https`: calls carry credentials, and go over TLS alone.
+    #[error("the TlsChannel origin {origin} is not an https:// URI")]
+    NotHttps {
+        /// The origin given.
+        origin: Uri,
+    },
+    /// The origin names no host (`https://host[:port]`).
+    #[error("the TlsChannel origin {origin} has no host")]
+    NoHost {
+        /// The origin given.
+        origin: Uri,
+    },
+}
+
 struct Shared<B> {
     stores: Stores,
     settings: Settings,
@@ -136,14 +151,17 @@ where
     /// Calls to `origin` (`https://host:port`) on connections that trust `roots` and
     /// present no client certificate. Nothing is dialled before the first call.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// When `origin` has no authority, or a scheme other than `https`.
-    pub fn new(origin: Uri, roots: RootStore) -> Self {
-        assert!(
-            origin.scheme() == Some(&Scheme::HTTPS) && origin.authority().is_some(),
-            "TlsChannel: the origin {origin} is not https://host[:port]"
-        );
+    /// An [`OriginError`] naming `origin` when its scheme is not `https` (calls carry
+    /// credentials, and go over TLS alone) or it has no host.
+    pub fn new(origin: Uri, roots: RootStore) -> Result<Self, OriginError> {
+        if origin.scheme() != Some(&Scheme::HTTPS) {
+            return Err(OriginError::NotHttps { origin });
+        }
+        if origin.authority().is_none_or(|a| a.host().is_empty()) {
+            return Err(OriginError::NoHost { origin });
+        }
         let mut http2 = Builder::new(Spawn);
         http2.timer(TokioTimer::new());
         let stores = Stores {
@@ -156,7 +174,7 @@ where
             connect_timeout: Some(Duration::from_secs(30)),
             http2,
         };
-        Self::build(stores, settings)
+        Ok(Self::build(stores, settings))
     }
 
     /// Presents `identity`'s client certificate at each handshake (none by default).

@@ -316,8 +316,9 @@ impl Client {
             }
             Kind::TonicUnary | Kind::TonicStreaming => {
                 let origin = cell.server.url("").parse().unwrap();
-                let channel =
-                    TlsChannel::new(origin, cell.roots.clone()).identity(cell.identity.clone());
+                let channel = TlsChannel::new(origin, cell.roots.clone())
+                    .unwrap()
+                    .identity(cell.identity.clone());
                 let stack = ServiceBuilder::new()
                     .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
                     .layer(
