@@ -269,7 +269,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             X_CLIENT,
             HeaderValue::from_static(CLIENTS[2]),
         ))
-        .service(TlsChannel::new(server.url("").parse()?, roots).identity(identity));
+        .service(TlsChannel::new(server.url("").parse()?, roots)?.identity(identity));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(volume.rustls_config_once()?)
         .https_only()

@@ -1154,6 +1154,7 @@ async fn a_refused_token_and_certificate_send_a_post_again_once_with_both() {
     assert_eq!(post("/stale").await, StatusCode::UNAUTHORIZED);
     assert_eq!(received(server, "/stale"), 1);
     assert_eq!((tokens.generation(), quiet.identity.generation()), (2, 2));
+}
 
 /// An `http://` request through an `HttpsClient` (with the token a `BearerLayer` put on
 /// it) is refused before anything is dialled, with an error naming the URI: a plain

@@ -9,12 +9,11 @@ use arc_swap::ArcSwapOption;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::refusal::Refused;
-use crate::refusal::{Failure, may_send_again};
+use crate::refusal::{Carried, Failure, Refused, may_send_again};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::refusal::{Blame, blame};
-use crate::tls::stores::{Generations, Stores};
+use crate::tls::stores::{Generations, Refusal, Stores};
 use crate::tls::{IdentityStore, RootStore};
 
 /// Builds the `reqwest::ClientBuilder` each generation's client starts from.
@@ -267,9 +266,12 @@ impl Middleware for TlsMiddleware {
     async fn handle(
         &self,
         req: Request,
-        _extensions: &mut Extensions,
+        extensions: &mut Extensions,
         _next: Next<'_>,
     ) -> Result<Response> {
+        // The token of a `BearerMiddleware` before this one, reloaded with the certificate
+        // on a 401.
+        let token = extensions.remove::<Carried>();
         let generation = self.shared.generation();
         let client = generation.client()?;
         // The copy is made before the request goes: sending consumes it.
@@ -278,35 +280,43 @@ impl Middleware for TlsMiddleware {
         let Some(blame) = refused(&outcome) else {
             return Ok(outcome?);
         };
-        let Some((store, sent)) = self
-            .shared
-            .stores
-            .refused_store(blame, generation.generations)
-        else {
+        let unauthorized = matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
+        let token = token.filter(|_| unauthorized);
+        let (stores, sent) = (&self.shared.stores, generation.generations);
+        let Some(refusal) = Refusal::new(stores, blame, sent, Certainty::Certain, token) else {
             return Ok(outcome?);
         };
-        let Some(replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused)) else {
+        let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))
+        else {
             // The reload starts for the requests that follow; this one gets its answer.
-            store.reload_after_refusal(sent, Certainty::Certain);
-            return Ok(outcome?);
+            refusal.reload_later();
+            return marked(&refusal, outcome.map_err(Into::into));
         };
         let answer = match outcome {
             Ok(response) => Answer::Response(response),
             Err(error) => Answer::Error(error),
         };
-        let after = store.after(sent, Certainty::Certain, answer);
+        let after = refusal.after(answer);
         let mut after = std::pin::pin!(after);
         if let Err(answer) = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
         {
             // Nothing newer to send it with.
-            return answer.into_result();
+            return marked(&refusal, answer.into_result());
         }
         // The client of the credentials current now: a connection made with the new one.
         let generation = self.shared.generation();
         let client = generation.client()?;
-        store.count_retried();
+        refusal.resending(replay.headers_mut());
         let outcome = client.execute(replay).await;
-        store.count_resent(refused(&outcome).is_some());
-        Ok(outcome?)
+        refusal.resent(refused(&outcome).is_some());
+        marked(&refusal, outcome.map_err(Into::into))
     }
+}
+
+/// `result`, marked when the middleware before this one must not send it again.
+fn marked(refusal: &Refusal, result: Result<Response>) -> Result<Response> {
+    result.map(|mut response| {
+        refusal.mark(response.extensions_mut());
+        response
+    })
 }

@@ -23,13 +23,12 @@ use tower_service::Service;
 
 use super::connection::{Connection, Dial, Spawn};
 use crate::body::{ReplayBody, TryCloneBody};
-use crate::refusal::Refused;
-use crate::refusal::clone_request;
+use crate::refusal::{Carried, Refused, clone_request};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};
 use crate::tls::refusal::{Blame, blame};
-use crate::tls::stores::{Generations, Stores};
+use crate::tls::stores::{Generations, Refusal, Stores};
 use crate::tls::{IdentityStore, RootStore};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -294,11 +293,13 @@ where
             Some(sender) => Ok(sender.try_send_request(req)),
             None => Err(req),
         };
+        // The token of a retry layer above, reloaded with the certificate on a 401.
+        let token = Carried::take();
         Box::pin(respond(
             self.shared.clone(),
             self.connection.clone(),
             first,
-            replay,
+            (replay, token),
         ))
     }
 }
@@ -347,7 +348,7 @@ async fn respond<B, F>(
     shared: Arc<Shared<B>>,
     connection: Arc<Connection<ReplayBody<B>>>,
     first: Result<F, Request<ReplayBody<B>>>,
-    replay: Option<Request<ReplayBody<B>>>,
+    again: Again<B>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -367,8 +368,11 @@ where
         Err(req) => Box::pin(send(&shared, &connection, req)).await,
     };
     // Boxed, as the sends above: the future of every call is as large as its largest step.
-    Box::pin(recover(shared, connection.generations, outcome, replay)).await
+    Box::pin(recover(shared, connection.generations, outcome, again)).await
 }
+
+/// What a call needs to go again: its copy, and the token a retry layer above handed down.
+type Again<B> = (Option<Request<ReplayBody<B>>>, Option<Carried>);
 
 /// What follows the first attempt's `outcome`, on connections of generations `sent`: the
 /// answer, or after a refusal the reload and a second attempt.
@@ -376,7 +380,7 @@ async fn recover<B>(
     shared: Arc<Shared<B>>,
     sent: Generations,
     outcome: Result<Response<Incoming>, Failed<Request<ReplayBody<B>>>>,
-    replay: Option<Request<ReplayBody<B>>>,
+    (replay, token): Again<B>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -412,28 +416,41 @@ where
             }
         }
     };
-    let Some((store, sent)) = shared.stores.refused_store(refused, sent) else {
+    let token = token.filter(|_| matches!(answer, Answer::Response(_)));
+    let Some(refusal) = Refusal::new(&shared.stores, refused, sent, Certainty::Certain, token)
+    else {
         return answer.into_outcome();
     };
     let fresh = unsent.is_some();
-    let Some(req) = unsent.or(replay) else {
+    let Some(mut req) = unsent.or(replay) else {
         // The reload starts for the calls that follow; this one gets its answer.
-        store.reload_after_refusal(sent, Certainty::Certain);
-        return answer.into_outcome();
+        refusal.reload_later();
+        return marked(&refusal, answer.into_outcome());
     };
-    let mut after = std::pin::pin!(store.after(sent, Certainty::Certain, answer));
+    let mut after = std::pin::pin!(refusal.after(answer));
     let replayable = |req: &Request<ReplayBody<B>>| fresh || req.body().start_replay();
     if let Err(answer) =
         std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || replayable(&req))).await
     {
-        return answer.into_outcome();
+        return marked(&refusal, answer.into_outcome());
     }
     // The connection of the credentials current now: made with the new one.
     let connection = shared.connection_now();
-    store.count_retried();
+    refusal.resending(req.headers_mut());
     let outcome = send(&shared, &connection, req).await;
-    store.count_resent(is_refusal(&outcome));
-    outcome.map_err(|failed| shared.error(failed))
+    refusal.resent(is_refusal(&outcome));
+    marked(&refusal, outcome.map_err(|failed| shared.error(failed)))
+}
+
+/// `outcome`, marked when the retry layer above must not send it again.
+fn marked(
+    refusal: &Refusal,
+    outcome: Result<Response<Incoming>, BoxError>,
+) -> Result<Response<Incoming>, BoxError> {
+    outcome.map(|mut response| {
+        refusal.mark(response.extensions_mut());
+        response
+    })
 }
 
 impl<B> Shared<B> {

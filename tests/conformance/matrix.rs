@@ -623,3 +623,49 @@ async fn matrix_tonic_streaming() {
 async fn matrix_kube() {
     matrix(Kind::Kube).await;
 }
+
+/// The token and the client certificate rotated in one swap, with the stores' watcher and
+/// timer off, and the server refusing the old pair on the connection the client holds:
+/// each client handles the refusal once, between its token's retry and its transport. The
+/// request arrives exactly twice, with the old pair and then the new one.
+async fn refused_together(kind: Kind) {
+    let mut cell = Cell::new(Credential::Certificate, Scenario::WatcherAndTimerOff).await;
+    let client = Client::new(kind, &cell);
+    client.call().await.unwrap();
+    let before = cell.server.arrivals().len();
+    let (old_token, old_identity) = (cell.files.token.clone(), cell.files.identity.clone());
+    cell.files.token = "token-1".to_owned();
+    cell.files.identity = cell.clients_ca.client("matrix", HOUR);
+    cell.files.write();
+    cell.server.accept_tokens(&["token-1"]);
+    cell.server.refuse(&old_identity.fingerprint());
+    client.call().await.unwrap();
+    let seen: Vec<_> = cell.server.arrivals()[before..]
+        .iter()
+        .map(|a| {
+            (
+                a.authorization.clone().unwrap_or_default(),
+                a.fingerprint.clone(),
+            )
+        })
+        .collect();
+    let pair = |token: &str, identity: &crate::support::pki::Issued| {
+        (format!("Bearer {token}"), identity.fingerprint())
+    };
+    assert_eq!(
+        seen,
+        [
+            pair(&old_token, &old_identity),
+            pair("token-1", &cell.files.identity)
+        ],
+        "{}",
+        kind.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_token_and_certificate_together_sends_the_request_once_more_in_every_client() {
+    for kind in [Kind::HyperUtil, Kind::Reqwest, Kind::TonicUnary, Kind::Kube] {
+        refused_together(kind).await;
+    }
+}
