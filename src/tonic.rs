@@ -42,4 +42,4 @@
 mod channel;
 mod connection;
 
-pub use channel::{OriginError, TlsChannel};
+pub use channel::TlsChannel;

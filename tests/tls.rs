@@ -1195,7 +1195,7 @@ async fn a_plain_text_request_is_refused_and_never_reaches_the_server() {
     let chain = support::chain(&error);
     assert!(
         chain.contains(&format!(
-            "refused to send a request to http://{addr}/ in plain text"
+            "http://{addr}/ is not an https:// URI: credentials are never sent in plain text"
         )),
         "{chain}"
     );
@@ -1203,14 +1203,11 @@ async fn a_plain_text_request_is_refused_and_never_reaches_the_server() {
     let mut source = std::error::Error::source(&error);
     let mut named = None;
     while let Some(e) = source {
-        named = named.or(e.downcast_ref::<bearer_reload::tls::RequestError>());
+        named = named.or(e.downcast_ref::<bearer_reload::tls::UriError>());
         source = e.source();
     }
     assert!(
-        matches!(
-            named,
-            Some(bearer_reload::tls::RequestError::NotHttps { .. })
-        ),
+        matches!(named, Some(bearer_reload::tls::UriError::NotHttps { .. })),
         "{chain}"
     );
     // The same server, asked directly, counts the connection: the client made none.

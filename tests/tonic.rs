@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bearer_reload::source::FileSource;
+use bearer_reload::tls::UriError;
 use bearer_reload::tls::{IdentityStore, RootStore};
-use bearer_reload::tonic::{OriginError, TlsChannel};
+use bearer_reload::tonic::TlsChannel;
 use bytes::Bytes;
 use support::mtls::MtlsServer;
 use support::pki::Ca;
@@ -324,14 +325,14 @@ fn an_origin_that_is_not_https_is_refused_at_once() {
         TlsChannel::<tonic::body::Body>::new(origin, roots.clone()).unwrap_err()
     };
     let err = refused("http://localhost:8080");
-    assert!(matches!(err, OriginError::NotHttps { .. }), "{err:?}");
+    assert!(matches!(err, UriError::NotHttps { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "the TlsChannel origin http://localhost:8080/ is not an https:// URI"
+        "http://localhost:8080/ is not an https:// URI: credentials are never sent in plain text"
     );
     // A path alone, with no scheme or host.
     let err = refused("/grpc.health.v1.Health/Check");
-    assert!(matches!(err, OriginError::NotHttps { .. }), "{err:?}");
+    assert!(matches!(err, UriError::NotHttps { .. }), "{err:?}");
     assert!(
         err.to_string().contains("/grpc.health.v1.Health/Check"),
         "{err}"

@@ -24,7 +24,7 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::error::RequestError;
+use super::error::UriError;
 use super::refusal::{Blame, blame};
 use super::stores::{Generations, Stores};
 
@@ -95,9 +95,7 @@ where
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         if uri.scheme() != Some(&Scheme::HTTPS) {
-            return Box::pin(std::future::ready(Err(
-                RequestError::NotHttps { uri }.into()
-            )));
+            return Box::pin(std::future::ready(Err(UriError::NotHttps { uri }.into())));
         }
         Box::pin(self.0.call(uri))
     }

@@ -1,25 +1,29 @@
 //! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle;
-//! [`RequestError`]: why an [`HttpsClient`](super::HttpsClient) sent no request.
+//! [`UriError`]: why an HTTPS client refused a URI.
 
 use std::time::SystemTime;
 
 use http::Uri;
 
-use super::KeyType;
 use crate::clock::Rfc3339;
 
-/// Why an [`HttpsClient`](super::HttpsClient) sent no request: the source of the
-/// hyper-util error it answers with (`Error::is_connect`), before anything is dialled.
+/// Why an HTTPS client refused a URI, before anything is dialled: a request's, for an
+/// [`HttpsClient`](super::HttpsClient) (the source of the hyper-util error it answers
+/// with, `Error::is_connect`), or the origin of a `tonic::TlsChannel` (from its `new`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum RequestError {
-    /// The request's URI is not `https://`: it would carry its token, and the client's
-    /// certificate stands for TLS, so it is never sent in plain text.
-    #[error(
-        "refused to send a request to {uri} in plain text: HttpsClient sends https:// URIs alone"
-    )]
+pub enum UriError {
+    /// Not `https://`: requests carry credentials, and go over TLS alone, never in plain
+    /// text.
+    #[error("{uri} is not an https:// URI: credentials are never sent in plain text")]
     NotHttps {
-        /// The scheme and authority of the request's URI (what hyper-util dials).
+        /// The URI (for a request, its scheme and authority: what would be dialled).
+        uri: Uri,
+    },
+    /// It names no host (`https://host[:port]`).
+    #[error("{uri} names no host")]
+    NoHost {
+        /// The URI.
         uri: Uri,
     },
 }
@@ -49,16 +53,15 @@ pub enum CertificateError {
     /// 2048 to 8192 bits, ECDSA P-256 and P-384, and Ed25519; aws-lc-rs with ECDSA P-521 as
     /// well, and so with every key type of a Kubernetes pod certificate. Found when the
     /// key is read, never at a handshake.
-    #[error(
-        "the private key ({key_type}) is of a type {provider} cannot sign with{}",
-        .key_type.remedy(.provider)
-    )]
+    #[error("the private key ({key_type}) is of a type {provider} cannot sign with{remedy}")]
     UnsupportedKey {
-        /// The key's type.
-        key_type: KeyType,
+        /// The key's type: `RSA 4096`, `ECDSA P-521`, `Ed25519`, ...
+        key_type: String,
         /// The crypto provider that cannot: `ring`, `aws-lc-rs`, or `the process default
         /// provider` (one the application installed).
         provider: &'static str,
+        /// What would help, after a colon (`: aws-lc-rs can ...`), or nothing.
+        remedy: &'static str,
     },
     /// The private key is not the certificate's: read in the middle of a rotation (a new
     /// certificate beside the old key), or two files that do not belong together.

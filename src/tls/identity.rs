@@ -78,8 +78,9 @@ impl Parse for Identity {
         let (provider, name) = super::provider::named()?;
         let signer = provider.key_provider.load_private_key(key).map_err(|_| {
             CertificateError::UnsupportedKey {
-                key_type,
+                key_type: key_type.to_string(),
                 provider: name,
+                remedy: key_type.remedy(name),
             }
         })?;
         let infos = chain

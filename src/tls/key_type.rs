@@ -15,7 +15,7 @@ use x509_parser::asn1_rs::{Any, Class, FromDer, Oid, Tag};
 /// `Rsa { bits: 4096 }`, `EcdsaP256`, `EcdsaP384`, `EcdsaP521` and `Ed25519`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum KeyType {
+pub(crate) enum KeyType {
     /// RSA, with its modulus's size.
     Rsa {
         /// The modulus's size in bits.

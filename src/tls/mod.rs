@@ -125,7 +125,7 @@
 //! Every `keyType` a pod may ask for works with the `aws-lc-rs` provider: `RSA3072`,
 //! `RSA4096`, `ECDSAP256`, `ECDSAP384`, `ECDSAP521`, `ED25519`. ring cannot sign with
 //! `ECDSAP521`: with ring, such a certificate does not load, and the error says so
-//! ([`CertificateError::UnsupportedKey`], naming the [`KeyType`] and the `aws-lc-rs`
+//! ([`CertificateError::UnsupportedKey`], naming the key's type and the `aws-lc-rs`
 //! feature), rather than a client failing at its first handshake. The same holds for a
 //! kubeconfig's and an exec plugin's client certificate, read by the same parser.
 //!
@@ -214,9 +214,9 @@ pub(crate) mod stores;
 
 pub use certificate::Certificate;
 pub use client::HttpsClient;
-pub use error::{CertificateError, RequestError};
+pub use error::{CertificateError, UriError};
 pub use identity::IdentityStore;
-pub use key_type::KeyType;
+pub(crate) use key_type::KeyType;
 pub use roots::RootStore;
 
 /// Whether `pem` is a client identity the [`IdentityStore`] would install, or why not: for

@@ -29,7 +29,7 @@ use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};
 use crate::tls::refusal::{Blame, blame};
 use crate::tls::stores::{Generations, Refusal, Stores};
-use crate::tls::{IdentityStore, RootStore};
+use crate::tls::{IdentityStore, RootStore, UriError};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -60,7 +60,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// gives a TCP connect 30 s; each setter returns the channel with no connection.
 ///
 /// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an
-/// [`OriginError`] naming it.
+/// [`UriError`] naming it.
 ///
 /// # Examples
 ///
@@ -107,24 +107,6 @@ impl<B> fmt::Debug for TlsChannel<B> {
     }
 }
 
-/// Why [`TlsChannel::new`] refused an origin.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum OriginError {
-    /// The origin's scheme is not `https`: calls carry credentials, and go over TLS alone.
-    #[error("the TlsChannel origin {origin} is not an https:// URI")]
-    NotHttps {
-        /// The origin given.
-        origin: Uri,
-    },
-    /// The origin names no host (`https://host[:port]`).
-    #[error("the TlsChannel origin {origin} has no host")]
-    NoHost {
-        /// The origin given.
-        origin: Uri,
-    },
-}
-
 struct Shared<B> {
     stores: Stores,
     settings: Settings,
@@ -152,14 +134,14 @@ where
     ///
     /// # Errors
     ///
-    /// An [`OriginError`] naming `origin` when its scheme is not `https` (calls carry
+    /// A [`UriError`] naming `origin` when its scheme is not `https` (calls carry
     /// credentials, and go over TLS alone) or it has no host.
-    pub fn new(origin: Uri, roots: RootStore) -> Result<Self, OriginError> {
+    pub fn new(origin: Uri, roots: RootStore) -> Result<Self, UriError> {
         if origin.scheme() != Some(&Scheme::HTTPS) {
-            return Err(OriginError::NotHttps { origin });
+            return Err(UriError::NotHttps { uri: origin });
         }
         if origin.authority().is_none_or(|a| a.host().is_empty()) {
-            return Err(OriginError::NoHost { origin });
+            return Err(UriError::NoHost { uri: origin });
         }
         let mut http2 = Builder::new(Spawn);
         http2.timer(TokioTimer::new());
