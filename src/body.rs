@@ -55,6 +55,7 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Empty, Full};
 
 use crate::sync::lock;
 
@@ -89,14 +90,7 @@ macro_rules! clone_body {
     )*};
 }
 
-clone_body!(
-    String,
-    Bytes,
-    Vec<u8>,
-    (),
-    http_body_util::Full<Bytes>,
-    http_body_util::Empty<Bytes>,
-);
+clone_body!(String, Bytes, Vec<u8>, (), Full<Bytes>, Empty<Bytes>);
 
 #[cfg(feature = "kube")]
 impl TryCloneBody for kube::client::Body {

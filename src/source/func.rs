@@ -6,8 +6,6 @@ use std::sync::Arc;
 
 use super::{BoxError, BoxFetch, FetchContext, Fetched, TokenSource};
 
-type LoadFn = dyn Fn() -> BoxFetch<'static> + Send + Sync;
-
 /// A named async closure returning the token's bytes: a secret manager's client, a
 /// command's output, anything this crate has no source for.
 ///
@@ -33,7 +31,7 @@ type LoadFn = dyn Fn() -> BoxFetch<'static> + Send + Sync;
 #[derive(Clone)]
 pub struct FnSource {
     name: String,
-    load: Arc<LoadFn>,
+    load: Arc<dyn Fn() -> BoxFetch<'static> + Send + Sync>,
 }
 
 impl FnSource {

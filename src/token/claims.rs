@@ -144,7 +144,6 @@ pub(crate) fn decode(token: &str) -> Option<Claims> {
     // Only the claims that say who the token is for and its dates: nothing here acts on
     // the others (`iss`, `aud`, the `kubernetes.io` namespace, service account and pod).
     let p = json_object(payload)?;
-    let date = |v: Option<&Value>| date(v?);
     Some(Claims {
         sub: p.get("sub").and_then(Value::as_str).map(str::to_owned),
         iat: date(p.get("iat")),
@@ -161,8 +160,8 @@ fn json_object(part: &str) -> Option<Map<String, Value>> {
 
 /// A JWT numeric date: seconds since the epoch, possibly fractional or negative (read as
 /// JSON numbers are, as an f64: exact to the second for the next 285 million years).
-fn date(v: &Value) -> Option<SystemTime> {
-    let secs = v.as_f64()?;
+fn date(v: Option<&Value>) -> Option<SystemTime> {
+    let secs = v?.as_f64()?;
     let magnitude = Duration::try_from_secs_f64(secs.abs()).ok()?;
     if secs >= 0.0 {
         UNIX_EPOCH.checked_add(magnitude)
