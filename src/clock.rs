@@ -16,20 +16,18 @@ pub(crate) enum Clock {
     /// [`SystemTime::now`].
     #[default]
     System,
-    /// `origin` plus the tokio time elapsed since `start`: under paused tokio time, this
-    /// clock moves only when the test advances it.
+    /// An origin, and the tokio instant at which the clock read it: the origin plus the
+    /// tokio time elapsed since. Under paused tokio time, this clock moves only when the
+    /// test advances it.
     #[cfg(any(test, feature = "testing"))]
-    Tokio {
-        origin: SystemTime,
-        start: tokio::time::Instant,
-    },
+    Tokio(SystemTime, tokio::time::Instant),
 }
 
 impl Clock {
     /// A clock that reads `origin` at tokio's `start` and moves with tokio's time.
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn tokio(origin: SystemTime, start: tokio::time::Instant) -> Self {
-        Clock::Tokio { origin, start }
+        Clock::Tokio(origin, start)
     }
 
     /// The current wall-clock time.
@@ -37,7 +35,7 @@ impl Clock {
         match self {
             Clock::System => SystemTime::now(),
             #[cfg(any(test, feature = "testing"))]
-            Clock::Tokio { origin, start } => *origin + start.elapsed(),
+            Clock::Tokio(origin, start) => *origin + start.elapsed(),
         }
     }
 }
