@@ -55,6 +55,7 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Empty, Full};
 
 use crate::sync::lock;
 
@@ -89,14 +90,7 @@ macro_rules! clone_body {
     )*};
 }
 
-clone_body!(
-    String,
-    Bytes,
-    Vec<u8>,
-    (),
-    http_body_util::Full<Bytes>,
-    http_body_util::Empty<Bytes>,
-);
+clone_body!(String, Bytes, Vec<u8>, (), Full<Bytes>, Empty<Bytes>);
 
 #[cfg(feature = "kube")]
 impl TryCloneBody for kube::client::Body {
@@ -164,10 +158,9 @@ struct ReplayState<B> {
     chunks: Vec<Bytes>,
     recorded: usize,
     limit: usize,
-    /// More than `limit` bytes went by (or were announced): the record is incomplete.
-    overflowed: bool,
-    /// The inner body failed: it cannot be replayed.
-    failed: bool,
+    /// More than `limit` bytes went by (or were announced), or the inner body failed: the
+    /// record cannot be replayed.
+    incomplete: bool,
     ended: bool,
     trailers: Option<HeaderMap>,
     handles: u64,
@@ -180,7 +173,7 @@ impl<B> std::fmt::Debug for ReplayBody<B> {
         f.debug_struct("ReplayBody")
             .field("recorded", &state.recorded)
             .field("limit", &state.limit)
-            .field("overflowed", &state.overflowed)
+            .field("incomplete", &state.incomplete)
             .finish_non_exhaustive()
     }
 }
@@ -194,15 +187,14 @@ impl<B: Body> ReplayBody<B> {
     /// Wraps `body`, keeping up to `limit` bytes for a replay. A body whose size hint says
     /// it is larger streams on without a copy.
     pub fn with_limit(body: B, limit: usize) -> Self {
-        let too_big = body.size_hint().lower() > limit as u64;
+        let incomplete = body.size_hint().lower() > limit as u64;
         Self {
             shared: Arc::new(Mutex::new(ReplayState {
                 body: Box::pin(body),
                 chunks: Vec::new(),
                 recorded: 0,
                 limit,
-                overflowed: too_big,
-                failed: false,
+                incomplete,
                 ended: false,
                 trailers: None,
                 handles: 1,
@@ -231,7 +223,7 @@ impl<B: Body> ReplayBody<B> {
 impl<B> TryCloneBody for ReplayBody<B> {
     fn try_clone_body(&self) -> Option<Self> {
         let mut state = lock(&self.shared);
-        if state.overflowed || state.failed {
+        if state.incomplete {
             return None;
         }
         let id = state.handles;
@@ -246,7 +238,7 @@ impl<B> TryCloneBody for ReplayBody<B> {
 
     fn start_replay(&self) -> bool {
         let mut state = lock(&self.shared);
-        if state.overflowed || state.failed {
+        if state.incomplete {
             return false;
         }
         state.reader = state.reader.max(self.id);
@@ -268,9 +260,7 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let mut state = lock(&this.shared);
-        let superseded = this.id < state.reader;
-        let unrecorded = this.id > state.reader && (state.overflowed || state.failed);
-        if superseded || unrecorded {
+        if this.id < state.reader || (this.id > state.reader && state.incomplete) {
             // A replay took the body over while this attempt was being sent; or this is a
             // replay of a record that is incomplete. Either way this copy is not whole.
             return Poll::Ready(Some(Err(Incomplete { limit: state.limit }.into())));
@@ -281,13 +271,9 @@ where
             return Poll::Ready(Some(Ok(Frame::data(chunk.clone()))));
         }
         if state.ended {
-            if !this.trailers_sent {
-                this.trailers_sent = true;
-                if let Some(trailers) = state.trailers.clone() {
-                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-                }
-            }
-            return Poll::Ready(None);
+            let trailers = state.trailers.clone().filter(|_| !this.trailers_sent);
+            this.trailers_sent = true;
+            return Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))));
         }
         let frame = match ready!(state.body.as_mut().poll_frame(cx)) {
             None => {
@@ -295,36 +281,30 @@ where
                 return Poll::Ready(None);
             }
             Some(Err(e)) => {
-                state.failed = true;
+                state.incomplete = true;
                 return Poll::Ready(Some(Err(e.into())));
             }
-            Some(Ok(frame)) => frame,
+            Some(Ok(frame)) => frame.map_data(|mut data| data.copy_to_bytes(data.remaining())),
         };
-        match frame.into_data() {
-            Ok(mut data) => {
-                let chunk = data.copy_to_bytes(data.remaining());
-                if !state.overflowed && state.recorded + chunk.len() <= state.limit {
-                    state.recorded += chunk.len();
-                    state.chunks.push(chunk.clone());
-                    this.pos += 1;
-                } else {
-                    // Past the limit: stream on, but no copy is kept.
-                    state.overflowed = true;
-                    state.chunks = Vec::new();
-                }
-                Poll::Ready(Some(Ok(Frame::data(chunk))))
+        if let Some(chunk) = frame.data_ref() {
+            if !state.incomplete && state.recorded + chunk.len() <= state.limit {
+                state.recorded += chunk.len();
+                state.chunks.push(chunk.clone());
+                this.pos += 1;
+            } else {
+                // Past the limit: stream on, but no copy is kept.
+                state.incomplete = true;
+                state.chunks = Vec::new();
             }
-            Err(frame) => match frame.into_trailers() {
-                Ok(trailers) => {
-                    state.ended = true;
-                    state.trailers = Some(trailers.clone());
-                    this.trailers_sent = true;
-                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-                }
-                // A frame kind http-body does not know yet: pass nothing on.
-                Err(_) => Poll::Ready(None),
-            },
+        } else if let Some(trailers) = frame.trailers_ref() {
+            state.ended = true;
+            state.trailers = Some(trailers.clone());
+            this.trailers_sent = true;
+        } else {
+            // A frame kind http-body does not know yet: pass nothing on.
+            return Poll::Ready(None);
         }
+        Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -336,18 +316,16 @@ where
 
     fn size_hint(&self) -> SizeHint {
         let state = lock(&self.shared);
-        let buffered: u64 = state.chunks[self.pos.min(state.chunks.len())..]
-            .iter()
-            .map(|c| c.len() as u64)
-            .sum();
+        let rest = state.chunks.get(self.pos..).unwrap_or_default();
+        let buffered: u64 = rest.iter().map(|c| c.len() as u64).sum();
         if state.ended {
             return SizeHint::with_exact(buffered);
         }
         let inner = state.body.size_hint();
         let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower() + buffered);
+        hint.set_lower(inner.lower().saturating_add(buffered));
         if let Some(upper) = inner.upper() {
-            hint.set_upper(upper + buffered);
+            hint.set_upper(upper.saturating_add(buffered));
         }
         hint
     }

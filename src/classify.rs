@@ -37,11 +37,11 @@ pub struct GrpcUnauthenticated;
 impl Unauthorized for GrpcUnauthenticated {
     #[inline]
     fn is_unauthorized<B>(&self, response: &Response<B>) -> bool {
-        response.status() == StatusCode::UNAUTHORIZED
+        Http401.is_unauthorized(response)
             || response
                 .headers()
                 .get("grpc-status")
-                .is_some_and(|v| v.as_bytes() == b"16")
+                .is_some_and(|v| v == "16")
     }
 }
 

@@ -16,26 +16,18 @@ pub(crate) enum Clock {
     /// [`SystemTime::now`].
     #[default]
     System,
-    /// `origin` plus the tokio time elapsed since `start`: under paused tokio time, this
-    /// clock moves only when the test advances it.
+    /// An origin, and the tokio instant at which the clock read it: the origin plus the
+    /// tokio time elapsed since. Under paused tokio time, this clock moves only when the
+    /// test advances it.
     #[cfg(any(test, feature = "testing"))]
-    Tokio {
-        origin: SystemTime,
-        start: tokio::time::Instant,
-    },
+    Tokio(SystemTime, tokio::time::Instant),
 }
 
 impl Clock {
-    /// A clock that reads `origin` now and then moves with tokio's time.
-    #[cfg(test)]
-    pub(crate) fn tokio_from(origin: SystemTime) -> Self {
-        Self::tokio(origin, tokio::time::Instant::now())
-    }
-
     /// A clock that reads `origin` at tokio's `start` and moves with tokio's time.
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn tokio(origin: SystemTime, start: tokio::time::Instant) -> Self {
-        Clock::Tokio { origin, start }
+        Clock::Tokio(origin, start)
     }
 
     /// The current wall-clock time.
@@ -43,7 +35,7 @@ impl Clock {
         match self {
             Clock::System => SystemTime::now(),
             #[cfg(any(test, feature = "testing"))]
-            Clock::Tokio { origin, start } => *origin + start.elapsed(),
+            Clock::Tokio(origin, start) => *origin + start.elapsed(),
         }
     }
 }
@@ -56,18 +48,12 @@ pub(crate) struct Rfc3339(pub(crate) SystemTime);
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secs: i64 = match self.0.duration_since(UNIX_EPOCH) {
-            Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            Err(e) => {
-                let d = e.duration();
-                // Round towards the past: -0.5 s is 23:59:59 of the day before.
-                let whole = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-                -whole - i64::from(d.subsec_nanos() > 0)
-            }
-        };
-        match jiff::Timestamp::from_second(secs) {
-            Ok(at) => write!(f, "{}", at.strftime("%Y-%m-%dT%H:%M:%SZ")),
-            Err(_) => write!(f, "{secs}s since 1970-01-01T00:00:00Z"),
+        if let Ok(at) = jiff::Timestamp::try_from(self.0) {
+            return write!(f, "{}", at.strftime("%Y-%m-%dT%H:%M:%SZ"));
+        }
+        match self.0.duration_since(UNIX_EPOCH) {
+            Ok(d) => write!(f, "{}s since 1970-01-01T00:00:00Z", d.as_secs()),
+            Err(e) => write!(f, "-{}s since 1970-01-01T00:00:00Z", e.duration().as_secs()),
         }
     }
 }
@@ -86,31 +72,20 @@ pub(crate) fn jitter(key: u64, max: Duration) -> Duration {
     // this process's jitter its own (a constant would put a fleet's clients in step).
     static SEED: LazyLock<std::collections::hash_map::RandomState> =
         LazyLock::new(std::collections::hash_map::RandomState::new);
-    let Ok(max_nanos) = u64::try_from(max.as_nanos()) else {
-        return Duration::ZERO;
-    };
-    if max_nanos == 0 {
-        return Duration::ZERO;
-    }
-    Duration::from_nanos(SEED.hash_one(key) % max_nanos)
+    // Zero when `max` is zero (or past what a u64 of nanoseconds holds, 584 years).
+    let nanos = u64::try_from(max.as_nanos()).ok().filter(|n| *n > 0);
+    nanos.map_or(Duration::ZERO, |n| {
+        Duration::from_nanos(SEED.hash_one(key) % n)
+    })
 }
 
-/// The point `num/den` of the way from `from` to `to`, or `None` when `to` is not after
-/// `from`.
-pub(crate) fn fraction_of(
-    from: SystemTime,
-    to: SystemTime,
-    num: u32,
-    den: u32,
-) -> Option<SystemTime> {
+/// The point 80% of the way from `from` to `to` (where the kubelet rotates a token), or
+/// `None` when `to` is not after `from`.
+pub(crate) fn four_fifths(from: SystemTime, to: SystemTime) -> Option<SystemTime> {
     let span = to.duration_since(from).ok().filter(|d| !d.is_zero())?;
-    // `span * num` overflows a `Duration` for spans over u64::MAX / num seconds (a JWT can
+    // `span * 4` overflows a `Duration` for spans over u64::MAX / 4 seconds (a JWT can
     // claim any `exp`): then divide first, losing only sub-nanosecond precision.
-    let part = span
-        .checked_mul(num)
-        .map(|d| d / den)
-        .or_else(|| (span / den).checked_mul(num))?;
-    from.checked_add(part)
+    from.checked_add(span.checked_mul(4).map_or(span / 5 * 4, |d| d / 5))
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Rfc3339;
 
 pub(crate) mod claims;
+pub(crate) use claims::{Claims, Freshness};
 
 /// What the token says about itself (its kind and claims, in full) and how it stands
 /// against `now`, for the fuzz targets (`--cfg fuzzing`, which cargo-fuzz sets; never in a
@@ -64,10 +65,8 @@ pub(crate) mod claims;
 #[doc(hidden)]
 pub fn fuzz_claims(token: &Token, now: SystemTime) -> String {
     let _ = token.freshness_at(now);
-    format!("{:?} {:?}", token.kind(), token.subject())
+    format!("{:?} {:?}", token.kind, token.subject())
 }
-
-pub(crate) use claims::{Claims, Freshness};
 
 /// The default cap on the size of a token, in bytes as the source gives them: 64 KiB.
 pub(crate) const DEFAULT_MAX_SIZE: usize = 64 * 1024;
@@ -109,32 +108,19 @@ pub enum TokenError {
 }
 
 /// A short, non-secret identifier of a token: the first 8 hex digits of its SHA-256.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Fingerprint([u8; 4]);
+#[derive(Clone, Copy)]
+pub(crate) struct Fingerprint(u32);
 
 impl Fingerprint {
-    fn of(digest: &[u8; 32]) -> Self {
-        Self([digest[0], digest[1], digest[2], digest[3]])
-    }
-
     /// The fingerprint as a number, for keying per-token jitter.
     pub(crate) fn as_u64(self) -> u64 {
-        u64::from(u32::from_be_bytes(self.0))
+        self.0.into()
     }
 }
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
+        write!(f, "{:08x}", self.0)
     }
 }
 
@@ -155,14 +141,11 @@ pub(crate) enum TokenKind {
 
 impl TokenKind {
     fn detect(token: &str) -> Self {
-        if let Some(id) = bootstrap_id(token) {
-            TokenKind::Bootstrap {
+        match bootstrap_id(token) {
+            Some(id) => TokenKind::Bootstrap {
                 user: format!("{BOOTSTRAP_USER}{id}"),
-            }
-        } else if let Some(claims) = claims::decode(token) {
-            TokenKind::Jwt(claims)
-        } else {
-            TokenKind::Opaque
+            },
+            None => claims::decode(token).map_or(TokenKind::Opaque, TokenKind::Jwt),
         }
     }
 
@@ -172,14 +155,6 @@ impl TokenKind {
             TokenKind::Jwt(_) => "jwt",
             TokenKind::Bootstrap { .. } => "bootstrap",
             TokenKind::Opaque => "opaque",
-        }
-    }
-
-    /// The JWT's claims, if the token is a JWT.
-    pub(crate) fn claims(&self) -> Option<&Claims> {
-        match self {
-            TokenKind::Jwt(claims) => Some(claims),
-            _ => None,
         }
     }
 }
@@ -195,11 +170,8 @@ fn bootstrap_id_of(user: &str) -> &str {
 /// The id of a kubeadm bootstrap token: `[a-z0-9]{6}\.[a-z0-9]{16}`.
 fn bootstrap_id(token: &str) -> Option<&str> {
     let (id, secret) = token.split_once('.')?;
-    let ok = |s: &str, len| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-    };
+    let ok =
+        |s: &str, len| s.len() == len && s.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9'));
     (ok(id, 6) && ok(secret, 16)).then_some(id)
 }
 
@@ -244,16 +216,13 @@ impl Token {
         if bytes.starts_with(UTF8_BOM) {
             return Err(TokenError::ByteOrderMark);
         }
-        let start = bytes
-            .iter()
-            .position(|b| !b.is_ascii_whitespace())
-            .ok_or(TokenError::Empty)?;
-        let end = bytes
-            .iter()
-            .rposition(|b| !b.is_ascii_whitespace())
-            .map_or(start, |i| i + 1);
-        let secret = &bytes[start..end];
-        if let Some(i) = secret.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        let trimmed = bytes.trim_ascii_start();
+        let start = bytes.len() - trimmed.len();
+        let secret = trimmed.trim_ascii_end();
+        if secret.is_empty() {
+            return Err(TokenError::Empty);
+        }
+        if let Some(i) = secret.iter().position(|b| !b.is_ascii_graphic()) {
             return Err(TokenError::InvalidByte { offset: start + i });
         }
         let mut value = bytes::BytesMut::with_capacity(PREFIX.len() + secret.len());
@@ -277,12 +246,6 @@ impl Token {
         })
     }
 
-    /// What the token is: a JWT with its claims, a bootstrap token with its id, or opaque.
-    #[cfg(any(test, fuzzing))]
-    pub(crate) fn kind(&self) -> &TokenKind {
-        &self.kind
-    }
-
     /// Whom the token is for, when it says: a JWT's `sub`
     /// (`system:serviceaccount:<namespace>:<name>` for a Kubernetes service account), or
     /// the user a bootstrap token authenticates as (`system:bootstrap:<id>`). Never secret.
@@ -304,7 +267,10 @@ impl Token {
 
     /// The claims, for a JWT.
     pub(crate) fn claims(&self) -> Option<&Claims> {
-        self.kind.claims()
+        match &self.kind {
+            TokenKind::Jwt(claims) => Some(claims),
+            _ => None,
+        }
     }
 
     /// The store's stamp on it.
@@ -333,7 +299,6 @@ impl Token {
     /// source gave.
     pub(crate) fn freshness_at(&self, now: SystemTime) -> Freshness {
         let claims = self
-            .kind
             .claims()
             .map_or(Freshness::Unknown, |c| c.freshness_at(now));
         match self.stamp.source_expiry {
@@ -356,7 +321,8 @@ impl Token {
 
     /// The fingerprint, as logs show it and timers key their jitter on.
     pub(crate) fn short_fingerprint(&self) -> Fingerprint {
-        Fingerprint::of(&self.digest)
+        let [a, b, c, d, ..] = self.digest;
+        Fingerprint(u32::from_be_bytes([a, b, c, d]))
     }
 
     /// The store generation this token was installed as (0 until a store installs it).
@@ -373,20 +339,6 @@ impl Token {
     /// Whether both tokens carry the same secret.
     pub(crate) fn same_secret(&self, other: &Token) -> bool {
         self.digest == other.digest
-    }
-
-    /// The same token with the dates its source gave (tests).
-    #[cfg(test)]
-    pub(crate) fn with_source_dates(
-        mut self,
-        loaded_at: SystemTime,
-        expires_at: Option<SystemTime>,
-        refresh_at: Option<SystemTime>,
-    ) -> Self {
-        self.stamp.loaded_at = loaded_at;
-        self.stamp.source_expiry = expires_at;
-        self.stamp.refresh_at = refresh_at;
-        self
     }
 }
 
@@ -415,24 +367,28 @@ impl Default for Stamp {
     }
 }
 
+/// A JWT's dates that logs show, as logs show them.
+fn shown_dates(c: &Claims) -> impl Iterator<Item = (&'static str, Rfc3339)> {
+    [("exp", c.exp), ("warnafter", c.warnafter)]
+        .into_iter()
+        .filter_map(|(name, date)| Some((name, Rfc3339(date?))))
+}
+
 /// Shows the kind, the fingerprint, the generation, and the non-secret parts: a JWT's
 /// `sub`, `exp` and `warnafter`, a bootstrap token's id.
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Token");
         d.field("kind", &format_args!("{}", self.kind.name()))
-            .field("fingerprint", &self.short_fingerprint())
+            .field("fingerprint", &format_args!("{}", self.short_fingerprint()))
             .field("generation", &self.stamp.generation);
         match &self.kind {
             TokenKind::Jwt(claims) => {
                 if let Some(sub) = &claims.sub {
                     d.field("sub", sub);
                 }
-                if let Some(exp) = claims.exp {
-                    d.field("exp", &Rfc3339(exp));
-                }
-                if let Some(warnafter) = claims.warnafter {
-                    d.field("warnafter", &Rfc3339(warnafter));
+                for (name, date) in shown_dates(claims) {
+                    d.field(name, &date);
                 }
             }
             TokenKind::Bootstrap { user } => {
@@ -449,17 +405,17 @@ impl fmt::Debug for Token {
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} token {}", self.kind.name(), self.short_fingerprint())?;
-        match &self.kind {
-            TokenKind::Jwt(claims) => {
-                let summary = claims.summary().to_string();
-                if !summary.is_empty() {
-                    write!(f, " ({summary})")?;
-                }
-                Ok(())
-            }
-            TokenKind::Bootstrap { user } => write!(f, " (id {})", bootstrap_id_of(user)),
-            TokenKind::Opaque => Ok(()),
+        let parts: Vec<String> = match &self.kind {
+            TokenKind::Jwt(c) => (c.sub.iter().map(|sub| format!("sub {sub}")))
+                .chain(shown_dates(c).map(|(name, date)| format!("{name} {date}")))
+                .collect(),
+            TokenKind::Bootstrap { user } => vec![format!("id {}", bootstrap_id_of(user))],
+            TokenKind::Opaque => Vec::new(),
+        };
+        if parts.is_empty() {
+            return Ok(());
         }
+        write!(f, " ({})", parts.join(", "))
     }
 }
 

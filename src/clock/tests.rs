@@ -1,6 +1,13 @@
 use super::*;
 use std::time::Duration;
 
+impl Clock {
+    /// A clock that reads `origin` now and then moves with tokio's time.
+    pub(crate) fn tokio_from(origin: SystemTime) -> Self {
+        Self::tokio(origin, tokio::time::Instant::now())
+    }
+}
+
 fn at(secs: i64) -> SystemTime {
     if secs >= 0 {
         UNIX_EPOCH + Duration::from_secs(secs as u64)
@@ -35,18 +42,18 @@ fn formats_rfc3339_utc() {
 #[test]
 fn fractions_of_a_span() {
     let (a, b) = (at(1000), at(1000 + 3600));
-    assert_eq!(fraction_of(a, b, 4, 5), Some(at(1000 + 2880)));
-    assert_eq!(fraction_of(b, a, 4, 5), None);
-    assert_eq!(fraction_of(a, a, 4, 5), None);
+    assert_eq!(four_fifths(a, b), Some(at(1000 + 2880)));
+    assert_eq!(four_fifths(b, a), None);
+    assert_eq!(four_fifths(a, a), None);
     // Found by the proptest of the claims decoder: `{"exp":4611686018427387904,"iat":0}`
     // made `span * 4` overflow and panic.
     let huge = at(1 << 62);
     assert_eq!(
-        fraction_of(UNIX_EPOCH, huge, 4, 5),
+        four_fifths(UNIX_EPOCH, huge),
         Some(UNIX_EPOCH + Duration::from_secs(1 << 62) / 5 * 4)
     );
     let far = UNIX_EPOCH + Duration::from_secs(u64::MAX / 2);
-    assert!(fraction_of(UNIX_EPOCH - Duration::from_secs(1 << 40), far, 4, 5).is_some());
+    assert!(four_fifths(UNIX_EPOCH - Duration::from_secs(1 << 40), far).is_some());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::{FetchContext, Fetched, TokenSource};
@@ -74,8 +74,9 @@ pub enum FileError {
 #[derive(Debug, Clone)]
 pub struct FileSource {
     path: PathBuf,
-    /// When the read now running started; `None` when no read is running.
-    busy: Arc<Mutex<Option<Instant>>>,
+    /// When the read now running started: the read holds the only strong reference, so
+    /// this upgrades while it runs, and no longer once it ends or is dropped unrun.
+    busy: Arc<Mutex<Weak<Instant>>>,
 }
 
 impl FileSource {
@@ -88,33 +89,25 @@ impl FileSource {
     }
 }
 
-/// Clears the busy mark when the blocking read ends, or is dropped unrun.
-struct Idle(Arc<Mutex<Option<Instant>>>);
-
-impl Drop for Idle {
-    fn drop(&mut self) {
-        *crate::sync::lock(&self.0) = None;
-    }
-}
-
 impl TokenSource for FileSource {
     type Error = FileError;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, FileError> {
-        {
+        let started = {
             let mut busy = crate::sync::lock(&self.busy);
-            if let Some(since) = *busy {
+            if let Some(since) = busy.upgrade() {
                 return Err(FileError::Stuck {
                     path: self.path.clone(),
                     stuck_for: since.elapsed(),
                 });
             }
-            *busy = Some(Instant::now());
-        }
-        let idle = Idle(self.busy.clone());
+            let started = Arc::new(Instant::now());
+            *busy = Arc::downgrade(&started);
+            started
+        };
         let path = self.path.clone();
         let read = tokio::task::spawn_blocking(move || {
-            let _idle = idle;
+            let _running = started;
             read_file(&path, cx.max_size())
         });
         match read.await {
@@ -122,7 +115,7 @@ impl TokenSource for FileSource {
             // The blocking pool is shutting down with the runtime.
             Err(e) => Err(FileError::Read {
                 path: self.path.clone(),
-                source: io::Error::other(e.to_string()),
+                source: io::Error::other(e),
             }),
         }
     }

@@ -2,13 +2,9 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use super::{BoxError, FetchContext, Fetched, TokenSource};
-
-type LoadFn =
-    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Vec<u8>, BoxError>> + Send>> + Send + Sync;
+use super::{BoxError, BoxFetch, FetchContext, Fetched, TokenSource};
 
 /// A named async closure returning the token's bytes: a secret manager's client, a
 /// command's output, anything this crate has no source for.
@@ -35,7 +31,7 @@ type LoadFn =
 #[derive(Clone)]
 pub struct FnSource {
     name: String,
-    load: Arc<LoadFn>,
+    load: Arc<dyn Fn() -> BoxFetch<'static> + Send + Sync>,
 }
 
 impl FnSource {
@@ -50,7 +46,7 @@ impl FnSource {
             name: name.into(),
             load: Arc::new(move || {
                 let fut = load();
-                Box::pin(async move { fut.await.map_err(Into::into) })
+                Box::pin(async move { fut.await.map(Fetched::new).map_err(Into::into) })
             }),
         }
     }
@@ -68,7 +64,7 @@ impl TokenSource for FnSource {
     type Error = BoxError;
 
     async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, BoxError> {
-        (self.load)().await.map(Fetched::new)
+        (self.load)().await
     }
 
     fn describe(&self) -> String {

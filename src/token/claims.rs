@@ -19,7 +19,7 @@ use base64::alphabet::URL_SAFE;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde_json::{Map, Value};
 
-use crate::clock::{Rfc3339, fraction_of};
+use crate::clock::{Rfc3339, four_fifths};
 
 /// base64url, with or without padding.
 const BASE64URL: GeneralPurpose = GeneralPurpose::new(
@@ -37,7 +37,7 @@ const OVERDUE_GRACE: Duration = Duration::from_secs(60);
 ///
 /// Read from the token's payload without verifying its signature. Dates are the JWT's
 /// numeric dates (seconds since the Unix epoch) as [`SystemTime`].
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Claims {
     /// `sub`: whom the token is for (`system:serviceaccount:<namespace>:<name>` for a
     /// Kubernetes service account).
@@ -90,15 +90,11 @@ impl Claims {
 
     /// How the token stands at `now`.
     pub(crate) fn freshness_at(&self, now: SystemTime) -> Freshness {
-        let Some(exp) = self.exp else {
-            return Freshness::Unknown;
-        };
-        if now >= exp {
-            Freshness::Expired
-        } else if self.overdue_at().is_some_and(|at| now >= at) {
-            Freshness::Overdue
-        } else {
-            Freshness::Fresh
+        match self.exp {
+            None => Freshness::Unknown,
+            Some(exp) if now >= exp => Freshness::Expired,
+            _ if self.overdue_at().is_some_and(|at| now >= at) => Freshness::Overdue,
+            _ => Freshness::Fresh,
         }
     }
 
@@ -110,50 +106,16 @@ impl Claims {
     /// Where the kubelet rotates the token: 80% of the way from `iat` to `warnafter`, or
     /// to `exp` when there is no `warnafter` (before its jitter of up to 10 s).
     pub(crate) fn rotation_point(&self) -> Option<SystemTime> {
-        fraction_of(self.issued()?, self.rotate_hint()?, 4, 5)
+        four_fifths(self.issued()?, self.rotate_hint()?)
     }
 
     /// From when the token is overdue: past `warnafter` (if any) and past 80% of
     /// `iat..exp` plus a minute (if both are known); `None` when neither is known.
     pub(crate) fn overdue_at(&self) -> Option<SystemTime> {
-        let by_lifetime = self
-            .issued()
-            .zip(self.exp)
-            .and_then(|(iat, exp)| fraction_of(iat, exp, 4, 5))
-            .and_then(|at| at.checked_add(OVERDUE_GRACE));
-        match (self.warnafter, by_lifetime) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// A one-line summary of the claims that say what the token is and when it goes bad.
-    pub(crate) fn summary(&self) -> impl fmt::Display + '_ {
-        Summary(self)
-    }
-}
-
-struct Summary<'a>(&'a Claims);
-
-impl fmt::Display for Summary<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = self.0;
-        let mut sep = "";
-        let mut field = |f: &mut fmt::Formatter<'_>, name: &str, v: &dyn fmt::Display| {
-            let r = write!(f, "{sep}{name} {v}");
-            sep = ", ";
-            r
-        };
-        if let Some(sub) = &c.sub {
-            field(f, "sub", sub)?;
-        }
-        if let Some(exp) = c.exp {
-            field(f, "exp", &Rfc3339(exp))?;
-        }
-        if let Some(warnafter) = c.warnafter {
-            field(f, "warnafter", &Rfc3339(warnafter))?;
-        }
-        Ok(())
+        let by_lifetime = (self.issued().zip(self.exp))
+            .and_then(|(iat, exp)| four_fifths(iat, exp)?.checked_add(OVERDUE_GRACE));
+        // `None` orders first: the later of the two, or whichever is known.
+        self.warnafter.max(by_lifetime)
     }
 }
 
@@ -173,55 +135,33 @@ impl fmt::Debug for Claims {
 pub(crate) fn decode(token: &str) -> Option<Claims> {
     let mut parts = token.split('.');
     let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || header.is_empty() || payload.is_empty() {
+    if parts.next().is_some() {
         return None;
     }
     // The signature is not verified, but it must at least be base64url.
     BASE64URL.decode(signature).ok()?;
-    let header = json_object(header)?;
-    if !header.get("alg").is_some_and(Value::is_string) {
-        return None;
-    }
-    Some(Claims::from_payload(&json_object(payload)?))
+    json_object(header)?.get("alg")?.as_str()?;
+    // Only the claims that say who the token is for and its dates: nothing here acts on
+    // the others (`iss`, `aud`, the `kubernetes.io` namespace, service account and pod).
+    let p = json_object(payload)?;
+    Some(Claims {
+        sub: p.get("sub").and_then(Value::as_str).map(str::to_owned),
+        iat: date(p.get("iat")),
+        nbf: date(p.get("nbf")),
+        exp: date(p.get("exp")),
+        warnafter: date(p.get("kubernetes.io").and_then(|k| k.get("warnafter"))),
+    })
 }
 
+/// A base64url part that decodes to a JSON object (an empty part does not).
 fn json_object(part: &str) -> Option<Map<String, Value>> {
-    let bytes = BASE64URL.decode(part).ok()?;
-    match serde_json::from_slice(&bytes).ok()? {
-        Value::Object(map) => Some(map),
-        _ => None,
-    }
+    serde_json::from_slice(&BASE64URL.decode(part).ok()?).ok()
 }
 
-impl Claims {
-    /// The claims this crate uses: who the token is for, and its dates. The others
-    /// (`iss`, `aud`, the `kubernetes.io` namespace, service account and pod) are left
-    /// unread: nothing here acts on them.
-    fn from_payload(p: &Map<String, Value>) -> Self {
-        Claims {
-            sub: string(p.get("sub")),
-            iat: date(p.get("iat")),
-            nbf: date(p.get("nbf")),
-            exp: date(p.get("exp")),
-            warnafter: match p.get("kubernetes.io") {
-                Some(Value::Object(k)) => date(k.get("warnafter")),
-                _ => None,
-            },
-        }
-    }
-}
-
-fn string(v: Option<&Value>) -> Option<String> {
-    v?.as_str().map(str::to_owned)
-}
-
-/// A JWT numeric date: seconds since the epoch, possibly fractional or negative.
+/// A JWT numeric date: seconds since the epoch, possibly fractional or negative (read as
+/// JSON numbers are, as an f64: exact to the second for the next 285 million years).
 fn date(v: Option<&Value>) -> Option<SystemTime> {
-    let n = v?.as_number()?;
-    if let Some(secs) = n.as_u64() {
-        return UNIX_EPOCH.checked_add(Duration::from_secs(secs));
-    }
-    let secs = n.as_f64()?;
+    let secs = v?.as_f64()?;
     let magnitude = Duration::try_from_secs_f64(secs.abs()).ok()?;
     if secs >= 0.0 {
         UNIX_EPOCH.checked_add(magnitude)

@@ -130,7 +130,7 @@ async fn a_stuck_read_holds_one_thread_and_no_second_read_starts_behind_it() {
     });
     writer.join().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while crate::sync::lock(&source.busy).is_some() {
+    while crate::sync::lock(&source.busy).upgrade().is_some() {
         assert!(Instant::now() < deadline, "the stuck read never returned");
         tokio::task::yield_now().await;
     }

@@ -183,6 +183,18 @@ fn claim_shapes_are_read_leniently() {
 }
 
 #[test]
+fn without_an_issue_date_warnafter_alone_says_when_a_token_is_overdue() {
+    // No `iat` nor `nbf`: no lifetime to take 80% of, but `warnafter` still counts.
+    let payload = br#"{"exp":5000,"kubernetes.io":{"warnafter":3000}}"#;
+    let jwt = format!("{}.{}.", b64(br#"{"alg":"none"}"#), b64(payload));
+    let claims = decode(&jwt).unwrap();
+    assert_eq!(claims.rotation_point(), None);
+    assert_eq!(claims.overdue_at(), Some(at(3000)));
+    assert_eq!(claims.freshness_at(at(2999)), Freshness::Fresh);
+    assert_eq!(claims.freshness_at(at(3000)), Freshness::Overdue);
+}
+
+#[test]
 fn padding_is_tolerated() {
     let header = base64::engine::general_purpose::URL_SAFE.encode(br#"{"alg":"none"}"#);
     let payload = base64::engine::general_purpose::URL_SAFE.encode(br#"{"sub":"abc"}"#);

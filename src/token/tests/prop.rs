@@ -117,14 +117,14 @@ proptest! {
         if let Some(claims) = &claims {
             // The helpers over the dates never panic, whatever the dates.
             let _ = (claims.rotate_hint(), claims.rotation_point(), claims.overdue_at());
-            let _ = format!("{claims:?} {}", claims.summary());
+            let _ = format!("{claims:?}");
             for now in [std::time::UNIX_EPOCH, std::time::SystemTime::now()] {
                 let _ = claims.freshness_at(now);
             }
         }
         // Through the parser too, as a whole token.
         let token = Token::parse(jwt.as_bytes()).unwrap();
-        prop_assert_eq!(token.kind().claims(), claims.as_ref());
+        prop_assert_eq!(token.claims(), claims.as_ref());
         let _ = format!("{token:?} {token}");
     }
 }
