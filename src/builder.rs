@@ -97,13 +97,18 @@ impl TokenStore {
     /// ([`FnSource`](crate::source::FnSource)), an exec plugin
     /// ([`ExecSource`](crate::source::ExecSource)), a TokenRequest, or a source of your own.
     pub fn builder(source: impl TokenSource) -> StoreBuilder {
-        StoreBuilder::of(source, TokenStore::new)
+        StoreBuilder::of(source, (), TokenStore::new)
     }
 }
 
 impl<S> StoreBuilder<S> {
-    /// A builder of a store of `C` on `source`, handed out by `finish`.
-    pub(crate) fn of<C: Credential>(source: impl TokenSource, finish: fn(Store<C>) -> S) -> Self
+    /// A builder of a store of `C` on `source`, its reads made `C`s by `parser`, handed out
+    /// by `finish`.
+    pub(crate) fn of<C: Credential>(
+        source: impl TokenSource,
+        parser: C::Parser,
+        finish: fn(Store<C>) -> S,
+    ) -> Self
     where
         S: Send + 'static,
     {
@@ -114,7 +119,9 @@ impl<S> StoreBuilder<S> {
             default_fetch_timeout: source.default_fetch_timeout(),
             source: Arc::new(source),
             kind: C::KIND,
-            build: Box::new(move |parts, refresher| Box::pin(build(parts, refresher, finish))),
+            build: Box::new(move |parts, refresher| {
+                Box::pin(build(parts, parser, refresher, finish))
+            }),
             refresh_interval: None,
             watch: true,
             max_size: C::KIND.default_max_size(),
@@ -385,6 +392,7 @@ type Build<S> = Box<
 /// as `finish` makes it.
 async fn build<C: Credential, S>(
     parts: Parts,
+    parser: C::Parser,
     refresher: Refresher,
     finish: fn(Store<C>) -> S,
 ) -> Result<(S, Option<Background>), LoadError> {
@@ -395,7 +403,7 @@ async fn build<C: Credential, S>(
         plan,
     } = parts;
     let limit = config.fetch_timeout;
-    let store = Store::<C>::load(source, origin, config).await?;
+    let store = Store::<C>::load(source, parser, origin, config).await?;
     let running = subscribed(&store, &plan, limit).await;
     let background = match refresher {
         Refresher::Spawned => {

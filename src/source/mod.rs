@@ -89,11 +89,6 @@ pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// How long a fetch may take by default: a file read or a closure.
 pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A credential a source parsed, carried to the store beside the bytes it came from (a
-/// client identity, a CA bundle: see `tls::source`).
-#[cfg(any(feature = "tls", feature = "kube"))]
-pub(crate) type Attached = std::sync::Arc<dyn std::any::Any + Send + Sync>;
-
 /// Any error, boxed: what the store keeps of a source's error.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -105,10 +100,6 @@ pub struct Fetched {
     bytes: Vec<u8>,
     expires_at: Option<SystemTime>,
     refresh_at: Option<SystemTime>,
-    /// What a parsing source (PEM, feature `tls`; a kubeconfig, feature `kube`) made of
-    /// the bytes.
-    #[cfg(any(feature = "tls", feature = "kube"))]
-    attached: Option<Attached>,
 }
 
 impl Fetched {
@@ -119,8 +110,6 @@ impl Fetched {
             bytes: bytes.into(),
             expires_at: None,
             refresh_at: None,
-            #[cfg(any(feature = "tls", feature = "kube"))]
-            attached: None,
         }
     }
 
@@ -157,20 +146,6 @@ impl Fetched {
     /// The refresh moment the source asked for, if any.
     pub(crate) fn refresh_at(&self) -> Option<SystemTime> {
         self.refresh_at
-    }
-
-    /// Carries `value`, what a parsing source made of the bytes, to the store, which
-    /// installs it.
-    #[cfg(any(feature = "tls", feature = "kube"))]
-    pub(crate) fn with_attached(mut self, value: Attached) -> Self {
-        self.attached = Some(value);
-        self
-    }
-
-    /// What a parsing source made of the bytes, if it did.
-    #[cfg(any(feature = "tls", feature = "kube"))]
-    pub(crate) fn take_attached(&mut self) -> Option<Attached> {
-        self.attached.take()
     }
 }
 

@@ -69,39 +69,24 @@ impl fmt::Display for Kind {
     }
 }
 
-/// The credential a source that parses its reads attached to one (a PEM source's client
-/// identity or CA bundle, a kubeconfig's context), for a credential whose store is built
-/// on such a source; an error naming `origin` and `needs` (the source it needs) when the
-/// read carries none.
-#[cfg(any(feature = "tls", feature = "kube"))]
-pub(crate) fn attached<C: Clone + Send + Sync + 'static>(
-    mut fetched: Fetched,
-    origin: &Arc<str>,
-    needs: &'static str,
-) -> Result<C, LoadError> {
-    fetched
-        .take_attached()
-        .and_then(|parsed| parsed.downcast::<C>().ok())
-        .map(Arc::unwrap_or_clone)
-        .ok_or_else(|| LoadError::Fetch {
-            origin: origin.clone(),
-            error: Arc::new(std::io::Error::other(format!(
-                "the source gave no parsed credential (this store is built on {needs})"
-            ))),
-        })
-}
-
 /// What a store holds. Implemented by [`Token`] and (feature `tls`) by a
 /// client identity and a CA bundle.
 pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     /// What it is.
     const KIND: Kind;
 
-    /// A read of the source as this credential, or why it is not one (naming `origin`).
+    /// What turns a read into this credential, held by the store: nothing for a token;
+    /// a kubeconfig's context and shape; a CA bundle's warnings already given.
+    type Parser: Send + Sync + 'static;
+
+    /// A read of the source as this credential at `now`, or why it is not one (naming
+    /// `origin`).
     fn from_fetched(
         fetched: Fetched,
+        parser: &Self::Parser,
         origin: &Arc<str>,
         max_size: usize,
+        now: SystemTime,
     ) -> Result<Self, LoadError>;
 
     /// The store's stamp on it.
@@ -193,11 +178,15 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
 impl Credential for Token {
     const KIND: Kind = Kind::Token;
 
+    type Parser = ();
+
     /// Validates the bytes as a token, with the source's dates.
     fn from_fetched(
         fetched: Fetched,
+        _: &(),
         origin: &Arc<str>,
         max_size: usize,
+        _: SystemTime,
     ) -> Result<Self, LoadError> {
         Token::parse_capped(fetched.bytes(), max_size).map_err(|source| LoadError::Invalid {
             origin: origin.clone(),

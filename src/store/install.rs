@@ -160,6 +160,7 @@ impl<C: Credential> Current<C> {
 /// and the source's dates (generation 0 until it is installed).
 pub(super) fn credential_of<C: Credential>(
     fetched: Fetched,
+    parser: &C::Parser,
     origin: &Arc<str>,
     clock: Clock,
     max_size: usize,
@@ -170,5 +171,5 @@ pub(super) fn credential_of<C: Credential>(
         source_expiry: fetched.expires_at(),
         refresh_at: fetched.refresh_at(),
     };
-    Ok(C::from_fetched(fetched, origin, max_size)?.stamped(stamp))
+    Ok(C::from_fetched(fetched, parser, origin, max_size, stamp.loaded_at)?.stamped(stamp))
 }

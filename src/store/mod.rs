@@ -72,8 +72,6 @@ mod status;
 mod telemetry;
 mod weak;
 
-#[cfg(any(feature = "tls", feature = "kube"))]
-pub(crate) use credential::attached;
 pub(crate) use credential::{Credential, Kind, Stamp};
 #[cfg(test)]
 pub(crate) use error::Chain;
@@ -199,13 +197,14 @@ impl<C: Credential> Store<C> {
     /// within a tokio runtime with its time driver: the store's reads run there.
     pub(crate) async fn load(
         source: Arc<dyn DynSource>,
+        parser: C::Parser,
         origin: String,
         config: Config,
     ) -> Result<Self, LoadError> {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
         let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await?;
-        let first: C = credential_of(fetched, &origin, config.clock, config.max_size)?;
+        let first: C = credential_of(fetched, &parser, &origin, config.clock, config.max_size)?;
         let stamp = Stamp {
             generation: 1,
             ..*first.stamp()
@@ -217,7 +216,7 @@ impl<C: Credential> Store<C> {
             .as_deref()
             .map_or_else(|| origin.clone(), Arc::from);
         let store = Store {
-            shared: Arc::new(Shared::new(first, source, origin, config, label)),
+            shared: Arc::new(Shared::new(first, source, parser, origin, config, label)),
         };
         store
             .shared

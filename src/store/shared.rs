@@ -55,6 +55,7 @@ pub(super) type Restart<C> =
 pub(crate) struct Shared<C: Credential> {
     pub(super) current: Current<C>,
     pub(super) source: Arc<dyn DynSource>,
+    pub(super) parser: C::Parser,
     pub(super) origin: Arc<str>,
     pub(super) config: Config,
     /// Where the store's reads run when the caller is outside any runtime: the runtime it
@@ -77,6 +78,7 @@ impl<C: Credential> Shared<C> {
     pub(super) fn new(
         first: C,
         source: Arc<dyn DynSource>,
+        parser: C::Parser,
         origin: Arc<str>,
         config: Config,
         label: Arc<str>,
@@ -84,6 +86,7 @@ impl<C: Credential> Shared<C> {
         Shared {
             current: Current::new(first),
             source,
+            parser,
             origin,
             config,
             runtime: Mutex::new(tokio::runtime::Handle::current()),
@@ -211,7 +214,13 @@ impl<C: Credential> Shared<C> {
     ) -> (bool, Option<(u64, Trigger)>) {
         Counters::bump(&self.counters.reads);
         let result = fetched.and_then(|f| {
-            let token = credential_of(f, &self.origin, self.config.clock, self.config.max_size)?;
+            let token = credential_of(
+                f,
+                &self.parser,
+                &self.origin,
+                self.config.clock,
+                self.config.max_size,
+            )?;
             Ok(self.current.install(token, trigger, &self.counters))
         });
         self.telemetry.reload(trigger, &result);

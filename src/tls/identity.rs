@@ -11,7 +11,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, Pem, PemFiles, PemSource, digest};
+use super::source::{Parse, Parsed, Pem, PemFiles, PemParser, digest};
 use super::{Certificate, CertificateError, KeyType};
 use crate::builder::StoreBuilder;
 use crate::source::ExecSource;
@@ -167,7 +167,7 @@ impl IdentityStore {
     /// A builder of the store on `source`, whose bytes are PEM holding the certificate
     /// chain and its private key.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<IdentityStore> {
-        StoreBuilder::of(PemSource::<_, Identity>::new(source), Self::from_store)
+        StoreBuilder::of(source, PemParser::default(), Self::from_store)
     }
 
     /// A builder of the store on a certificate (with its chain) and its private key in two

@@ -14,7 +14,7 @@ use rustls::{
 };
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, Pem, PemSource, Skipped, digest};
+use super::source::{Parse, Parsed, Pem, PemParser, Skipped, digest};
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
@@ -173,7 +173,7 @@ impl fmt::Debug for RootStore {
 impl RootStore {
     /// A builder of the store on `source`, whose bytes are PEM certificates.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<RootStore> {
-        StoreBuilder::of(PemSource::<_, Roots>::new(source), Self::from_store)
+        StoreBuilder::of(source, PemParser::default(), Self::from_store)
     }
 
     fn from_store(store: Store<Pem<Roots>>) -> Self {

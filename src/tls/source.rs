@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::CertificateError;
 use crate::source::{BoxError, FetchContext, Fetched, FileSource, TokenSource};
-use crate::store::{Credential, Kind, LoadError, Stamp, attached};
+use crate::store::{Credential, Kind, LoadError, Stamp};
 
 /// A client certificate (with its chain) and its private key in two PEM files (see
 /// [`IdentityStore::files`](super::IdentityStore::files)).
@@ -188,6 +188,8 @@ pub(crate) trait Parse: fmt::Display + Clone + Send + Sync + Sized + 'static {
 pub(crate) struct Pem<T> {
     value: T,
     digest: [u8; 32],
+    /// When the credential stops being valid by its own word.
+    expires_at: Option<SystemTime>,
     stamp: Stamp,
 }
 
@@ -208,13 +210,28 @@ impl<T: fmt::Display> fmt::Display for Pem<T> {
 impl<T: Parse> Credential for Pem<T> {
     const KIND: Kind = T::KIND;
 
-    /// What the [`PemSource`] parsed the read into.
+    type Parser = PemParser<T>;
+
+    /// The read's PEM parsed, or why it is not a usable `T` (the store's error names the
+    /// source first).
     fn from_fetched(
         fetched: Fetched,
+        parser: &PemParser<T>,
         origin: &Arc<str>,
         _max_size: usize,
+        now: SystemTime,
     ) -> Result<Self, LoadError> {
-        attached(fetched, origin, "a PEM source")
+        let parsed = T::parse(fetched.bytes(), now).map_err(|error| LoadError::Fetch {
+            origin: origin.clone(),
+            error: Arc::new(error),
+        })?;
+        parser.warn_skipped(origin, &parsed);
+        Ok(Pem {
+            value: parsed.value,
+            digest: parsed.digest,
+            expires_at: parsed.expires_at,
+            stamp: Stamp::default(),
+        })
     }
 
     fn stamp(&self) -> &Stamp {
@@ -246,10 +263,18 @@ impl<T: Parse> Credential for Pem<T> {
         u64::from_be_bytes(self.digest[..8].try_into().expect("8 bytes"))
     }
 
-    /// None of its own: the [`PemSource`] gives a certificate's `notAfter` (or the
-    /// source's earlier expiry) as the source's.
+    /// A certificate's `notAfter` (every authority's of a bundle).
     fn own_expiry(&self) -> Option<SystemTime> {
-        None
+        self.expires_at
+    }
+
+    /// The earlier of the source's expiry (an exec plugin's `expirationTimestamp`) and its
+    /// own.
+    fn expires_at(&self) -> Option<SystemTime> {
+        match (self.stamp.source_expiry, self.expires_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Past the source's expiry (an exec plugin's `expirationTimestamp`), or past its own
@@ -277,32 +302,27 @@ pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] 
     hash.finalize().into()
 }
 
-/// `S`'s PEM parsed into a `T`, as the store's source: its read carries a [`Pem`], which
-/// the store installs; the same credential read again (the same digest) is no rotation.
-/// The expiry is the earlier of the source's and the credential's.
-pub(crate) struct PemSource<S, T> {
-    inner: S,
+/// What turns PEM into a [`Pem`] of `T`, held by its store: it remembers the bundle whose
+/// skipped certificates were last warned about, so that a timer's read of the same bundle
+/// warns no more.
+pub(crate) struct PemParser<T> {
     parsed: PhantomData<fn() -> T>,
-    /// The bundle whose skipped certificates were last warned about (its digest and their
-    /// positions): a timer's read of the same bundle warns no more.
     warned: Mutex<Option<([u8; 32], Vec<usize>)>>,
 }
 
-impl<S, T> PemSource<S, T> {
-    pub(crate) fn new(inner: S) -> Self {
+impl<T> Default for PemParser<T> {
+    fn default() -> Self {
         Self {
-            inner,
             parsed: PhantomData,
             warned: Mutex::new(None),
         }
     }
+}
 
+impl<T> PemParser<T> {
     /// Warns about each certificate `parsed` left out, unless this bundle's were the last
     /// warned about.
-    fn warn_skipped<V>(&self, parsed: &Parsed<V>)
-    where
-        S: TokenSource,
-    {
+    fn warn_skipped(&self, origin: &str, parsed: &Parsed<T>) {
         let key = (
             parsed.digest,
             parsed.skipped.iter().map(|s| s.position).collect(),
@@ -314,7 +334,7 @@ impl<S, T> PemSource<S, T> {
         }
         for skipped in &parsed.skipped {
             tracing::warn!(
-                source = %self.inner.describe(),
+                source = %origin,
                 position = skipped.position,
                 subject = skipped.subject.as_deref().unwrap_or("(does not parse)"),
                 error = %skipped.error,
@@ -322,53 +342,6 @@ impl<S, T> PemSource<S, T> {
             );
         }
         *warned = Some(key);
-    }
-}
-
-impl<S: TokenSource, T: Parse> TokenSource for PemSource<S, T> {
-    type Error = BoxError;
-
-    async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        let fetched = self.inner.fetch(cx).await.map_err(Into::into)?;
-        Ok(self.parse(&fetched, cx)?)
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn paths(&self) -> &[PathBuf] {
-        self.inner.paths()
-    }
-
-    fn default_refresh_interval(&self) -> Option<Duration> {
-        self.inner.default_refresh_interval()
-    }
-
-    fn default_fetch_timeout(&self) -> Duration {
-        self.inner.default_fetch_timeout()
-    }
-}
-
-impl<S: TokenSource, T: Parse> PemSource<S, T> {
-    /// `fetched`'s PEM parsed into a `T`, as the store's token.
-    fn parse(&self, fetched: &Fetched, cx: FetchContext) -> Result<Fetched, CertificateError> {
-        let parsed = T::parse(fetched.bytes(), cx.now())?;
-        self.warn_skipped(&parsed);
-        let expires_at = match (fetched.expires_at(), parsed.expires_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let pem = Pem {
-            value: parsed.value,
-            digest: parsed.digest,
-            stamp: Stamp::default(),
-        };
-        let out = Fetched::new(Vec::new()).with_attached(Arc::new(pem));
-        Ok(match expires_at {
-            Some(at) => out.with_expires_at(at),
-            None => out,
-        })
     }
 }
 

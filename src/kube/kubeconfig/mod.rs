@@ -12,7 +12,6 @@
 //! file and the problem, never a secret, and every credential stays as it was.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ::kube::config::KubeConfigOptions;
@@ -54,18 +53,37 @@ impl KubeconfigSource {
         self.shape.inline
     }
 
-    /// `fetched` parsed, checked and held to the shape, as the store's read.
-    fn parse(&self, fetched: &Fetched, now: SystemTime) -> Result<Fetched, Error> {
+    /// What turns the file's reads into snapshots, for its store.
+    fn parser(&self) -> KubeconfigParser {
+        KubeconfigParser {
+            path: self.path.clone(),
+            selection: self.selection.clone(),
+            shape: self.shape.clone(),
+        }
+    }
+}
+
+/// The chosen context of a read of the file, parsed into its [`Snapshot`], held to the
+/// [`Shape`] the client was built for.
+pub(crate) struct KubeconfigParser {
+    path: PathBuf,
+    selection: Selection,
+    shape: Shape,
+}
+
+impl KubeconfigParser {
+    /// `bytes` parsed, checked and held to the shape.
+    pub(super) fn parse(&self, bytes: &[u8], now: SystemTime) -> Result<Snapshot, Error> {
         let error = |source: Problem| Error::Kubeconfig {
             path: self.path.clone(),
             source: source.into(),
         };
-        let (_, selected) = select(fetched.bytes(), &self.selection).map_err(error)?;
+        let (_, selected) = select(bytes, &self.selection).map_err(error)?;
         let snapshot = snapshot(&selected, now).map_err(error)?;
         if let Some(change) = snapshot.shape.change_from(&self.shape) {
             return Err(error(Problem::Changed(change)));
         }
-        Ok(Fetched::new(Vec::new()).with_attached(Arc::new(snapshot)))
+        Ok(snapshot)
     }
 }
 
@@ -73,11 +91,10 @@ impl TokenSource for KubeconfigSource {
     type Error = Error;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, Error> {
-        let fetched = self.file.fetch(cx).await.map_err(|e| Error::Kubeconfig {
+        self.file.fetch(cx).await.map_err(|e| Error::Kubeconfig {
             path: self.path.clone(),
             source: Problem::File(e).into(),
-        })?;
-        self.parse(&fetched, cx.now())
+        })
     }
 
     fn describe(&self) -> String {
@@ -136,7 +153,8 @@ pub(super) async fn first_read(
 
 /// Loads the store of the file read by `source`.
 pub(super) async fn load(source: KubeconfigSource) -> Result<Store<Snapshot>, LoadError> {
-    crate::StoreBuilder::of::<Snapshot>(source, |store| store)
+    let parser = source.parser();
+    crate::StoreBuilder::of::<Snapshot>(source, parser, |store| store)
         .load()
         .await
 }

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::read::{Problem, Selected};
 use crate::kube::{AuthInUse, auth_in_use};
 use crate::source::Fetched;
-use crate::store::{Credential, Kind, LoadError, Stamp, attached};
+use crate::store::{Credential, Kind, LoadError, Stamp};
 use crate::token::Token;
 
 /// Bytes that must never be shown: a token, a private key.
@@ -169,13 +169,22 @@ impl fmt::Display for Snapshot {
 impl Credential for Snapshot {
     const KIND: Kind = Kind::Kubeconfig;
 
-    /// What the [`KubeconfigSource`] parsed the read into.
+    type Parser = super::KubeconfigParser;
+
+    /// The chosen context of the read, held to the shape the client was built for.
     fn from_fetched(
         fetched: Fetched,
+        parser: &super::KubeconfigParser,
         origin: &Arc<str>,
         _max_size: usize,
+        now: SystemTime,
     ) -> Result<Self, LoadError> {
-        attached(fetched, origin, "a kubeconfig source")
+        parser
+            .parse(fetched.bytes(), now)
+            .map_err(|error| LoadError::Fetch {
+                origin: origin.clone(),
+                error: Arc::new(error),
+            })
     }
 
     fn stamp(&self) -> &Stamp {

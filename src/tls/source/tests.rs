@@ -97,10 +97,4 @@ fn a_certificate_and_key_pair_is_watched_and_re_read_as_its_files_are() {
         files.describe(),
         "certificate /pki/client.crt and key /pki/client.key"
     );
-    // Parsed, a source keeps its own backstop.
-    let parsed = PemSource::<_, crate::tls::identity::Identity>::new(file);
-    assert_eq!(
-        parsed.default_refresh_interval(),
-        Some(Duration::from_secs(60))
-    );
 }
