@@ -177,6 +177,10 @@ pub mod layer;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+// Without the feature, the stores' calls to it do nothing.
+#[cfg(not(feature = "metrics"))]
+#[path = "metrics/off.rs"]
+mod metrics;
 #[cfg(feature = "oauth2")]
 #[cfg_attr(docsrs, doc(cfg(feature = "oauth2")))]
 pub mod oauth2;

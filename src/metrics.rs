@@ -60,6 +60,9 @@ use std::time::SystemTime;
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge};
 
+use crate::source::Trigger;
+use crate::store::{Credential, Kind, LoadError, Reloaded, RetryOutcome, WatchState};
+
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
 const RETRIES: &str = "bearer_reload_retries_total";
@@ -227,6 +230,78 @@ pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
     gauge!(g.dates.issued, "source" => label()).set(timestamp(g.issued_at));
     gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
     gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
+}
+
+/// One store's metrics: every series carries its `source` label.
+pub(crate) struct Telemetry {
+    source: Arc<str>,
+}
+
+impl Telemetry {
+    pub(crate) fn new(source: Arc<str>) -> Self {
+        describe();
+        Self { source }
+    }
+
+    pub(crate) fn reload(&self, trigger: Trigger, result: &Result<Reloaded, LoadError>) {
+        reload(
+            &self.source,
+            trigger.as_str(),
+            match result {
+                Ok(Reloaded::Rotated) => "rotated",
+                Ok(Reloaded::Unchanged) => "unchanged",
+                Err(_) => "failed",
+            },
+        );
+    }
+
+    pub(crate) fn unauthorized(&self) {
+        unauthorized(&self.source);
+    }
+
+    pub(crate) fn retry(&self, outcome: RetryOutcome) {
+        match outcome {
+            RetryOutcome::Sent => {}
+            RetryOutcome::Succeeded => retry(&self.source, "succeeded"),
+            RetryOutcome::Refused => retry(&self.source, "refused"),
+        }
+    }
+
+    pub(crate) fn kept_authorization(&self) {
+        kept_authorization(&self.source);
+    }
+
+    pub(crate) fn watch_state(&self, state: &WatchState) {
+        watch_state(
+            &self.source,
+            match state {
+                WatchState::Active => "active",
+                WatchState::Degraded { .. } => "degraded",
+                WatchState::Off => "off",
+                WatchState::Stopped { .. } => "stopped",
+            },
+        );
+    }
+
+    /// The gauges of the token in use.
+    pub(crate) fn token<C: Credential>(&self, token: &C, stalled: bool) {
+        self::token(
+            &self.source,
+            &TokenGauges {
+                dates: match C::KIND {
+                    Kind::Token => TOKEN_DATES,
+                    Kind::ClientCertificate => CERTIFICATE_DATES,
+                    Kind::CaBundle => BUNDLE_DATES,
+                    Kind::Kubeconfig => KUBECONFIG_DATES,
+                },
+                generation: token.generation(),
+                expires_at: token.expires_at(),
+                issued_at: token.issued_at().unwrap_or(token.loaded_at()),
+                changed_at: token.loaded_at(),
+                stalled,
+            },
+        );
+    }
 }
 
 #[cfg(test)]
