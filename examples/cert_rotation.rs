@@ -175,7 +175,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             X_CLIENT,
             HeaderValue::from_static("tonic"),
         ))
-        .service(TlsChannel::new(origin, roots).identity(identity));
+        .service(TlsChannel::new(origin, roots)?.identity(identity));
     let clients = [
         Client::Kube(Credentials::load(&ours).await?.client(ours)?),
         Client::Kube(kube::Client::try_from(tagged(CLIENTS[1]))?),

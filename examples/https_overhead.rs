@@ -347,7 +347,7 @@ async fn pair(
         }
         "tonic" => {
             let origin: Uri = server.url("").parse()?;
-            let ours = TlsChannel::new(origin, roots).identity(identity);
+            let ours = TlsChannel::new(origin, roots)?.identity(identity);
             let tls = ClientTlsConfig::new()
                 .ca_certificate(tonic::transport::Certificate::from_pem(pki.ca.pem()))
                 .identity(tonic::transport::Identity::from_pem(

@@ -11,8 +11,10 @@ use crate::clock::Clock;
 use crate::refresh::follow::Leader;
 use crate::refresh::timer::MIN_PERIOD;
 use crate::refresh::{self, Plan};
-use crate::source::{DynSource, TokenSource};
-use crate::store::{Config, Credential, Kind, LoadError, Start, Store, TokenStore};
+use crate::source::{DynSource, TokenSource, Trigger};
+use crate::store::{
+    Config, Credential, Kind, LoadError, OnFailure, Recency, Start, Store, TokenStore, WatchState,
+};
 
 /// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`]. With feature `tls`,
 /// the same builder, with the same options, builds the stores of a client certificate and
@@ -392,8 +394,9 @@ async fn build<C: Credential, S>(
         config,
         plan,
     } = parts;
+    let limit = config.fetch_timeout;
     let store = Store::<C>::load(source, origin, config).await?;
-    let running = refresh::start(store.downgrade(), plan.clone()).await;
+    let running = subscribed(&store, &plan, limit).await;
     let background = match refresher {
         Refresher::Spawned => {
             // Subscribing yields the refresher to run: a future that yields a future.
@@ -409,6 +412,34 @@ async fn build<C: Credential, S>(
         Refresher::Caller => Some(Box::pin(running) as _),
     };
     Ok((finish(store), background))
+}
+
+/// The store's refresher, subscribed: the status says the watch is on once this returns.
+/// Subscribing follows the file's links and watches its directories, on the blocking pool;
+/// a filesystem that stops answering meanwhile gets the store's time limit, after which the
+/// store is handed out with its watch degraded and the refresher subscribes in its own
+/// time, then reads once for what changed meanwhile.
+async fn subscribed<C: Credential>(store: &Store<C>, plan: &Plan, limit: Duration) -> Background {
+    let mut subscribe = Box::pin(refresh::start(store.downgrade(), plan.clone()));
+    if let Ok(running) = tokio::time::timeout(limit, &mut subscribe).await {
+        return Box::pin(running);
+    }
+    let paths: Vec<_> = plan.watch.iter().map(|p| p.display().to_string()).collect();
+    let reason = format!(
+        "watching {} did not start within {limit:?} (its filesystem does not answer?); \
+         the timer still refreshes the token",
+        paths.join(", ")
+    );
+    tracing::warn!("{reason}");
+    store.follow_watch_state(WatchState::Degraded { reason });
+    let weak = store.downgrade();
+    Box::pin(async move {
+        let running = subscribe.await;
+        let _ = weak
+            .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
+            .await;
+        running.await;
+    })
 }
 
 #[cfg(test)]

@@ -54,8 +54,7 @@ use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::layer::RetryUnauthorized;
-use crate::refusal::{AfterRefusal, Refused};
-use crate::refusal::{Failure, may_send_again};
+use crate::refusal::{AfterRefusal, Carried, Failure, Handled, Refused, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
 #[cfg(feature = "tls")]
@@ -202,8 +201,19 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             OnUnauthorized::Retry => req.try_clone(),
             OnUnauthorized::Reload => None,
         };
-        let response = next.clone().run(req, extensions).await?;
-        if response.status() != StatusCode::UNAUTHORIZED {
+        // The token goes down to a `TlsMiddleware` after this one, which reloads it with its
+        // certificate on a 401 and sends the request again once with both.
+        if replay.is_some() {
+            let store = self.store.0.clone();
+            extensions.insert(Carried { store, sent });
+        }
+        let response = next.clone().run(req, extensions).await;
+        extensions.remove::<Carried>();
+        let response = response?;
+        // Handled after this one (reloaded, sent again if it could be): not twice.
+        if response.status() != StatusCode::UNAUTHORIZED
+            || response.extensions().get::<Handled>().is_some()
+        {
             return Ok(response);
         }
         let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))

@@ -20,6 +20,11 @@ pub(crate) mod writers;
 #[path = "../tests/support/pki.rs"]
 pub(crate) mod pki;
 
+// The key types of a pod certificate.
+#[cfg(feature = "tls")]
+#[path = "../tests/support/key_types.rs"]
+pub(crate) mod key_types;
+
 /// How long a test waits for an event before it fails.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 

@@ -29,7 +29,7 @@
 //! let roots = RootStore::builder(FileSource::new("/run/spiffe/bundle.pem")).load().await?;
 //! let token = TokenStore::builder(FileSource::new("/run/secrets/token")).load().await?;
 //!
-//! let channel = TlsChannel::new("https://inventory.internal:8443".parse()?, roots)
+//! let channel = TlsChannel::new("https://inventory.internal:8443".parse()?, roots)?
 //!     .identity(identity);
 //! let authenticated = ServiceBuilder::new()
 //!     .layer(BearerLayer::new(token).classifier(GrpcUnauthenticated))

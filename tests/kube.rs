@@ -432,3 +432,107 @@ async fn infer_reads_the_kubeconfig_from_the_environment() {
     assert_eq!(seen[0].token.as_deref(), Some("one"));
     assert_eq!(seen[0].namespace.as_deref(), Some(NS));
 }
+
+const FIFO_CHILD: &str = "BEARER_RELOAD_FIFO_CHILD";
+
+/// `Credentials::infer_config` on a current-thread runtime whose kubeconfig cannot be read
+/// yet (`KUBECONFIG` a FIFO nobody writes to, as a mount that hangs): the runtime's one
+/// thread stays free, and a task of its own runs while the kubeconfig is read. kube's
+/// loader and the crate read it with `std::fs` inside async fns, which held the thread.
+/// In a child process (this binary again), which `KUBECONFIG` is set for.
+#[cfg(unix)]
+#[test]
+fn infer_config_reads_the_kubeconfig_off_the_runtime_thread() {
+    use std::io::Write as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    if std::env::var_os(FIFO_CHILD).is_some() {
+        let fifo = std::path::PathBuf::from(std::env::var_os("KUBECONFIG").unwrap());
+        let file = fifo.with_extension("yaml");
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (fifo, file, held) = (fifo.clone(), file.clone(), held.clone());
+            std::thread::spawn(move || {
+                // Written when the runtime says so; at the deadline only if the runtime's
+                // thread is stuck reading.
+                if wait.recv_timeout(DEADLINE).is_err() {
+                    held.store(true, Ordering::SeqCst);
+                }
+                let content = std::fs::read(&file).unwrap();
+                // Opened once the reader has opened it: the file takes the FIFO's place
+                // for later reads, then the reader gets its content.
+                let mut pipe = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+                std::fs::rename(&file, &fifo).unwrap();
+                pipe.write_all(&content).unwrap();
+            })
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = runtime.block_on(async {
+            let infer = tokio::spawn(Credentials::infer_config());
+            // The infer task's turn: it starts reading the kubeconfig.
+            tokio::task::yield_now().await;
+            // Nobody hears it if the writer gave up waiting: the check below says so.
+            let _ = go.send(());
+            infer.await.unwrap().unwrap()
+        });
+        writer.join().unwrap();
+        assert!(
+            !held.load(Ordering::SeqCst),
+            "the runtime's only thread waited for the kubeconfig"
+        );
+        println!(
+            "inferred {} with CA file {:?}",
+            config.cluster_url,
+            config.root_cert_file.unwrap()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = support::pki::Ca::new("kubernetes");
+    let ca_file = tmp.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority: {}\n\
+         users:\n- name: u\n  user:\n    token: abc\n\
+         contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n",
+        ca_file.display()
+    );
+    let fifo = tmp.path().join("config");
+    std::fs::write(fifo.with_extension("yaml"), kubeconfig).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "infer_config_reads_the_kubeconfig_off_the_runtime_thread",
+            "--nocapture",
+        ])
+        .env("KUBECONFIG", &fifo)
+        .env(FIFO_CHILD, "1")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("inferred https://127.0.0.1:6443"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("with CA file {ca_file:?}")),
+        "{stdout}"
+    );
+}

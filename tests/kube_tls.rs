@@ -307,3 +307,39 @@ async fn hand_built_identity_and_bundle_stores_are_the_clients_tls() {
     server.refuse(&issued.fingerprint());
     assert_eq!(get(&client).await, (StatusCode::OK, next.fingerprint()));
 }
+
+/// A kubeconfig user's certificate files and an exec plugin's certificate go through the
+/// identity parser of `IdentityStore`: an ECDSA P-521 key (a pod certificate's `ECDSAP521`)
+/// that the provider in use (ring, installed here for kube) cannot sign with fails
+/// `Credentials::load`, naming the file or the plugin, the key type and aws-lc-rs; never a
+/// client that fails at its first handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_p521_certificate_a_ring_build_cannot_sign_with_fails_at_load_naming_aws_lc_rs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let jane = ca.client_with_key("jane", HOUR, support::key_types::generate("ECDSAP521"));
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &jane);
+    let plugin = Plugin::new();
+    let status = json!({"clientCertificateData": jane.cert_pem, "clientKeyData": jane.key_pem});
+    let doc = json!({"kind": "ExecCredential", "apiVersion": API_VERSION, "status": status});
+    plugin.print(&doc.to_string());
+
+    let files = identity_files(&volume);
+    for (user, names) in [
+        (files, volume.dir().join("tls.key")),
+        (exec_user(&plugin), plugin.command().to_owned()),
+    ] {
+        let path = kubeconfig(tmp.path(), &ca, &server, user);
+        let config = config(&path, tmp.path()).await;
+        let err = Credentials::load(&config).await.unwrap_err();
+        let shown = support::chain(&err);
+        assert!(shown.contains(&names.display().to_string()), "{shown}");
+        assert!(
+            shown.contains("the private key (ECDSA P-521) is of a type")
+                && shown.contains("cannot sign with: aws-lc-rs can (enable feature `aws-lc-rs`"),
+            "{shown}"
+        );
+    }
+}

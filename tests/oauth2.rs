@@ -8,6 +8,8 @@
 mod oauth2_server;
 #[path = "support/serve.rs"]
 mod serve;
+#[path = "support/tls.rs"]
+mod test_tls;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -510,4 +512,79 @@ async fn a_hundred_callers_across_the_refresh_make_one_token_request() {
         2,
         "{status:?}"
     );
+}
+
+/// A token endpoint on 127.0.0.1 over TLS that answers each request with the next of
+/// `answers` (the last one again once they run out), and its CA's bundle.
+async fn scripted_endpoint(answers: Vec<&'static str>) -> (Uri, RootStore) {
+    let ca = test_tls::TestCa::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let uri: Uri = format!("https://{}/token", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let _server = serve::spawn(listener, Some(ca.acceptor()), move |_req| {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let body = answers[n.min(answers.len() - 1)];
+        async move {
+            Response::builder()
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap()
+        }
+    });
+    let pem = ca.ca_pem().to_owned();
+    let source = FnSource::new("the test CA", move || {
+        let pem = pem.clone();
+        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+    });
+    (uri, RootStore::builder(source).load().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifetime_past_what_the_clock_holds_is_named_and_the_last_token_kept() {
+    let good =
+        r#"{"access_token":"first-token-0123456789","token_type":"Bearer","expires_in":3600}"#;
+    let absurd =
+        r#"{"access_token":"second-token-0123456789","token_type":"Bearer","expires_in":1e30}"#;
+    let (uri, roots) = scripted_endpoint(vec![good, absurd]).await;
+    let auth = ClientAuth::client_secret_post("s3cr3t-value");
+    let source = ClientCredentials::new(uri.clone(), "scripted", auth, roots);
+    let store = TokenStore::builder(source)
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    let first = store.current();
+    assert_eq!(secret(&store), "first-token-0123456789");
+
+    // 1e30 seconds added to the time of sending panicked in the fetch.
+    let err = tokio::time::timeout(DEADLINE, store.reload())
+        .await
+        .expect("the reload ends")
+        .unwrap_err();
+    let line = chain(&err);
+    assert!(line.contains(&uri.to_string()), "{line}");
+    assert!(
+        line.contains("has an expires_in over 2^32 seconds"),
+        "{line}"
+    );
+    assert!(!line.contains("second-token"), "{line}");
+    assert!(matches!(
+        err.downcast_ref::<oauth2::Error>(),
+        Some(oauth2::Error::Response { .. })
+    ));
+    // The last good token stays, and the store says why nothing newer came.
+    assert_eq!(store.current().header_value(), first.header_value());
+    let status = store.status();
+    assert!(status.last_error.is_some(), "{status:?}");
+    assert!(!status.expired, "{status:?}");
+    // A load whose first answer is absurd fails with the same error.
+    let (uri, roots) = scripted_endpoint(vec![absurd]).await;
+    let auth = ClientAuth::client_secret_post("s3cr3t-value");
+    let source = ClientCredentials::new(uri.clone(), "scripted", auth, roots);
+    let err = TokenStore::builder(source).load().await.unwrap_err();
+    let line = chain(&err);
+    assert!(line.contains(&uri.to_string()), "{line}");
+    assert!(line.contains("expires_in"), "{line}");
 }

@@ -115,10 +115,14 @@ impl Load {
     }
 }
 
-/// How a test writes a new identity: the kubelet's way, or a projected Secret's.
+/// How a test writes a new identity: the kubelet's certificate manager's way, a projected
+/// Secret's, or a pod certificate's (`podCertificate` projected volume: one
+/// `credentialBundlePath` file, or `keyPath` and `certificateChainPath`).
 enum Writer {
     Kubelet { dir: std::path::PathBuf },
     Projected { volume: ProjectedTokenDir },
+    PodBundle { volume: ProjectedTokenDir },
+    PodKeyAndChain { volume: ProjectedTokenDir },
 }
 
 impl Writer {
@@ -135,6 +139,21 @@ impl Writer {
                     ])
                     .unwrap();
             }
+            Writer::PodBundle { volume } => {
+                let bundle = issued.credential_bundle();
+                volume
+                    .rotate_files(&[("credentialbundle.pem", bundle.as_bytes())])
+                    .unwrap();
+            }
+            Writer::PodKeyAndChain { volume } => {
+                // Both in one `..data` swap, as the kubelet writes them.
+                volume
+                    .rotate_files(&[
+                        ("key.pem", issued.key_pem.as_bytes()),
+                        ("chain.pem", issued.chain().as_bytes()),
+                    ])
+                    .unwrap();
+            }
         }
     }
 
@@ -145,6 +164,12 @@ impl Writer {
             }
             Writer::Projected { volume } => {
                 IdentityStore::files(volume.dir().join("tls.crt"), volume.dir().join("tls.key"))
+            }
+            Writer::PodBundle { volume } => {
+                IdentityStore::builder(FileSource::new(volume.dir().join("credentialbundle.pem")))
+            }
+            Writer::PodKeyAndChain { volume } => {
+                IdentityStore::files(volume.dir().join("chain.pem"), volume.dir().join("key.pem"))
             }
         };
         builder.load().await.unwrap()
@@ -165,6 +190,10 @@ async fn wait_generation(identity: &IdentityStore, generation: u64) {
 /// server refuses the old one at that moment.
 async fn rotations_under_load(writer: Writer, ca: Ca, first: Issued) {
     const ROTATIONS: usize = 5;
+    let pod_layout = matches!(
+        writer,
+        Writer::PodBundle { .. } | Writer::PodKeyAndChain { .. }
+    );
     let server = MtlsServer::start(&ca, &ca.server()).await;
     let identity = writer.identity().await;
     let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
@@ -245,6 +274,11 @@ async fn rotations_under_load(writer: Writer, ca: Ca, first: Issued) {
     assert_eq!(status.generation, ROTATIONS as u64 + 1);
     assert_eq!(status.fingerprint, issued.last().unwrap().fingerprint());
     assert!(status.last_error.is_none() || status.failures > 0);
+    if pod_layout {
+        // Files written in one swap are read as one: no read paired a key with the other
+        // swap's certificate (which the key check would have refused, as a failure).
+        assert_eq!(status.failures, 0, "{:?}", status.last_error);
+    }
 }
 
 /// The CA's certificate in a file of its own, for a store that is never rotated.
@@ -276,6 +310,181 @@ async fn projected_secret_rotations_under_load_fail_nothing_and_retire_the_old_c
     let writer = Writer::Projected { volume };
     writer.write(&first);
     rotations_under_load(writer, ca, first).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_certificate_bundle_rotations_under_load_fail_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("example.com/pod-signer");
+    let first = ca.client("system:node:n1", HOUR);
+    let path = tmp.path().join("pod-cert");
+    let volume = ProjectedTokenDir::create_named(path, "credentialbundle.pem", "").unwrap();
+    let writer = Writer::PodBundle { volume };
+    writer.write(&first);
+    rotations_under_load(writer, ca, first).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_certificate_key_and_chain_rotations_under_load_fail_nothing_and_never_mix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("example.com/pod-signer");
+    let first = ca.client("system:node:n1", HOUR);
+    let volume =
+        ProjectedTokenDir::create_named(tmp.path().join("pod-cert"), "key.pem", "").unwrap();
+    let writer = Writer::PodKeyAndChain { volume };
+    writer.write(&first);
+    rotations_under_load(writer, ca, first).await;
+}
+
+/// The provider of the test server, which verifies the client's signature: aws-lc-rs when
+/// the build has it (ring verifies no ECDSA P-521 signature), else ring.
+fn server_provider() -> rustls::crypto::CryptoProvider {
+    #[cfg(feature = "aws-lc-rs")]
+    return rustls::crypto::aws_lc_rs::default_provider();
+    #[cfg(not(feature = "aws-lc-rs"))]
+    return rustls::crypto::ring::default_provider();
+}
+
+/// A pod certificate of `key_type` in the kubelet's bundle layout (the PKCS#8 key, then the
+/// leaf and the signer's intermediate), written in a projected volume; the identity store
+/// on it, or the error it did not load with; and a server that trusts the cluster's root.
+async fn pod_certificate(
+    key_type: &str,
+) -> (
+    tempfile::TempDir,
+    Issued,
+    Ca,
+    Result<IdentityStore, bearer_reload::LoadError>,
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Ca::new("cluster root");
+    let signer = root.intermediate("example.com/pod-signer");
+    let pod = signer.client_with_key("pod", HOUR, support::key_types::generate(key_type));
+    let volume = ProjectedTokenDir::create_named(
+        tmp.path().join("pod-cert"),
+        "credentialbundle.pem",
+        pod.credential_bundle(),
+    )
+    .unwrap();
+    let identity = IdentityStore::builder(FileSource::new(volume.token_path()))
+        .load()
+        .await;
+    (tmp, pod, root, identity)
+}
+
+/// Loads a pod certificate of `key_type` and completes an mTLS request with it against a
+/// server that verifies the certificate chain and the client's signature.
+async fn pod_certificate_completes_an_mtls_request(key_type: &str) {
+    let (_tmp, pod, root, identity) = pod_certificate(key_type).await;
+    let identity = identity.unwrap_or_else(|e| panic!("{key_type}: {}", support::chain(&e)));
+    assert_eq!(identity.certificate().issuer, "CN=example.com/pod-signer");
+    let server = MtlsServer::start_with_provider(&root, &root.server(), server_provider()).await;
+    let roots = RootStore::builder(FileSource::new(ca_file(&root)))
+        .load()
+        .await
+        .unwrap();
+    let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity);
+    let (status, presented) = get(&client, &server.url("/")).await.unwrap();
+    assert_eq!(
+        (status, presented),
+        (StatusCode::OK, pod.fingerprint()),
+        "{key_type}"
+    );
+    assert_eq!(server.refused_handshakes(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_certificate_rsa3072_completes_an_mtls_request() {
+    pod_certificate_completes_an_mtls_request("RSA3072").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_certificate_rsa4096_completes_an_mtls_request() {
+    pod_certificate_completes_an_mtls_request("RSA4096").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_certificate_ecdsap256_completes_an_mtls_request() {
+    pod_certificate_completes_an_mtls_request("ECDSAP256").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_certificate_ecdsap384_completes_an_mtls_request() {
+    pod_certificate_completes_an_mtls_request("ECDSAP384").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_certificate_ed25519_completes_an_mtls_request() {
+    pod_certificate_completes_an_mtls_request("ED25519").await;
+}
+
+/// With aws-lc-rs (and not ring, which the crate would pick first).
+#[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_certificate_ecdsap521_completes_an_mtls_request_with_aws_lc_rs() {
+    pod_certificate_completes_an_mtls_request("ECDSAP521").await;
+}
+
+/// ring cannot sign with P-521: the store does not load, and says so, the key type and
+/// the feature to use named with the path; there is no handshake to fail.
+#[cfg(feature = "ring")]
+#[tokio::test]
+async fn a_pod_certificate_ecdsap521_is_refused_at_load_with_ring_naming_aws_lc_rs() {
+    let (tmp, _pod, _root, identity) = pod_certificate("ECDSAP521").await;
+    let err = identity.unwrap_err();
+    let shown = support::chain(&err);
+    let path = tmp.path().join("pod-cert/credentialbundle.pem");
+    assert!(
+        shown.starts_with(&format!(
+            "cannot fetch from file {}: the private key (ECDSA P-521) is of a type ring \
+             cannot sign with: aws-lc-rs can (enable feature `aws-lc-rs` of bearer-reload",
+            path.display()
+        )),
+        "{shown}"
+    );
+}
+
+/// An exec plugin's certificate (`clientCertificateData`, `clientKeyData`) goes through
+/// the same parser: a P-521 one presents with aws-lc-rs, and with ring fails the load,
+/// naming the key type and aws-lc-rs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_plugins_p521_certificate_signs_with_aws_lc_rs_and_is_refused_at_load_by_ring() {
+    use support::exec_plugin::{API_VERSION, Plugin};
+    let root = Ca::new("cluster root");
+    let pod = root.client_with_key("jane", HOUR, support::key_types::generate("ECDSAP521"));
+    let plugin = Plugin::new();
+    let status = serde_json::json!({
+        "clientCertificateData": pod.cert_pem,
+        "clientKeyData": pod.key_pem,
+    });
+    let doc =
+        serde_json::json!({"kind": "ExecCredential", "apiVersion": API_VERSION, "status": status});
+    plugin.print(&doc.to_string());
+    let identity = IdentityStore::exec(plugin.source()).load().await;
+    if cfg!(feature = "ring") {
+        let shown = support::chain(&identity.unwrap_err());
+        assert!(
+            shown.contains(&plugin.command().display().to_string()),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(
+                "the private key (ECDSA P-521) is of a type ring cannot sign with: \
+                 aws-lc-rs can (enable feature `aws-lc-rs`"
+            ),
+            "{shown}"
+        );
+        return;
+    }
+    let identity = identity.unwrap();
+    let server = MtlsServer::start_with_provider(&root, &root.server(), server_provider()).await;
+    let roots = RootStore::builder(FileSource::new(ca_file(&root)))
+        .load()
+        .await
+        .unwrap();
+    let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity);
+    let (status, presented) = get(&client, &server.url("/")).await.unwrap();
+    assert_eq!((status, presented), (StatusCode::OK, pod.fingerprint()));
 }
 
 /// An identity in a file that nothing but a refusal reloads (no watch, no timer), the
@@ -945,4 +1154,69 @@ async fn a_refused_token_and_certificate_send_a_post_again_once_with_both() {
     assert_eq!(post("/stale").await, StatusCode::UNAUTHORIZED);
     assert_eq!(received(server, "/stale"), 1);
     assert_eq!((tokens.generation(), quiet.identity.generation()), (2, 2));
+}
+
+/// An `http://` request through an `HttpsClient` (with the token a `BearerLayer` put on
+/// it) is refused before anything is dialled, with an error naming the URI: a plain
+/// hyper-util server on loopback never sees a connection. It was sent in plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_text_request_is_refused_and_never_reaches_the_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _server = support::serve::spawn_counting(
+        listener,
+        None,
+        |_req| async { http::Response::new(Empty::<Bytes>::new()) },
+        connections.clone(),
+    );
+    let ca = Ca::new("kubernetes");
+    let roots = RootStore::builder(FileSource::new(ca_file(&ca)))
+        .load()
+        .await
+        .unwrap();
+    let token = bearer_reload::TokenStore::builder(bearer_reload::source::FnSource::new(
+        "a token",
+        || async { Ok::<_, std::io::Error>(b"plain-text-secret-token".to_vec()) },
+    ))
+    .load()
+    .await
+    .unwrap();
+    let client = tower::ServiceBuilder::new()
+        .layer(bearer_reload::BearerLayer::new(token))
+        .service(HttpsClient::<Empty<Bytes>>::new(roots));
+    let uri = format!("http://{addr}/api/v1/secrets?watch=1");
+    let request = Request::get(&uri).body(Empty::new()).unwrap();
+    let error = tokio::time::timeout(DEADLINE, client.clone().oneshot(request))
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(error.is_connect(), "{error:?}");
+    let chain = support::chain(&error);
+    assert!(
+        chain.contains(&format!(
+            "http://{addr}/ is not an https:// URI: credentials are never sent in plain text"
+        )),
+        "{chain}"
+    );
+    assert!(!chain.contains("plain-text-secret-token"), "{chain}");
+    let mut source = std::error::Error::source(&error);
+    let mut named = None;
+    while let Some(e) = source {
+        named = named.or(e.downcast_ref::<bearer_reload::tls::UriError>());
+        source = e.source();
+    }
+    assert!(
+        matches!(named, Some(bearer_reload::tls::UriError::NotHttps { .. })),
+        "{chain}"
+    );
+    // The same server, asked directly, counts the connection: the client made none.
+    let plain = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let reached = plain
+        .request(Request::get(&uri).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(reached.status(), StatusCode::OK);
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

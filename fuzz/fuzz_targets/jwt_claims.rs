@@ -1,7 +1,13 @@
 //! The JWT claims decoder, reached through `Token::parse` of `header.payload.signature`
-//! built from the fuzzer's input: never panics, and shows no signature.
+//! built from the fuzzer's input: never panics, and shows no signature. The token then
+//! goes through a store whose clock the input sets, whose timer works out the claims'
+//! dates (the kubelet's rotation point, the point it is overdue, `exp`): never a panic.
 #![no_main]
 
+#[path = "common.rs"]
+mod common;
+
+use bearer_reload::source::Fetched;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bearer_reload::token::Token;
@@ -39,5 +45,12 @@ fuzz_target!(|data: &[u8]| {
         if signature.len() > 8 && !String::from_utf8_lossy(raw).contains(&signature) {
             assert!(!shown.contains(&signature), "the signature is shown");
         }
+        // The mode's high bits pick the store's clock and how long its timer runs.
+        let jwt = jwt.into_bytes();
+        common::run_tokens(
+            move |_| Ok::<_, String>(Fetched::new(jwt.clone())),
+            common::now_from(mode & 0xfc),
+            common::span_from(mode.rotate_left(4)),
+        );
     }
 });

@@ -1,6 +1,11 @@
 //! The token endpoint's answer (feature `oauth2`), over an arbitrary status and body:
-//! never panics, and an error never quotes an `access_token` the body holds.
+//! never panics, and an error never quotes an `access_token` the body holds. An answer
+//! that gives a token goes through a store whose clock the input sets: its expiry is
+//! counted from each fetch's time, and the timer works out when to ask again.
 #![no_main]
+
+#[path = "common.rs"]
+mod common;
 
 use bearer_reload::oauth2::fuzz_parse_response;
 use libfuzzer_sys::fuzz_target;
@@ -9,8 +14,16 @@ fuzz_target!(|data: &[u8]| {
     let Some((status, body)) = data.split_first_chunk::<2>() else {
         return;
     };
+    let byte = status[0] ^ status[1];
     let status = 100 + u16::from_le_bytes(*status) % 500;
-    let Err(e) = fuzz_parse_response(status, body) else {
+    let now = common::now_from(byte);
+    let Err(e) = fuzz_parse_response(status, body, now) else {
+        let body = body.to_vec();
+        common::run_tokens(
+            move |sent_at| fuzz_parse_response(status, &body, sent_at),
+            now,
+            common::span_from(byte.rotate_left(4)),
+        );
         return;
     };
     let shown = format!("{e} {e:?}");

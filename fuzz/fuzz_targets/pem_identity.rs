@@ -1,24 +1,16 @@
 //! A client identity and a CA bundle read from arbitrary PEM (`tls::IdentityStore`,
 //! `tls::RootStore`, through a source that returns the fuzzer's bytes): never panics; a
 //! neither a refused read's error nor an accepted identity's status and `Debug` shows any
-//! of the key's body.
+//! of the key's body. Each store's clock is set from the input and its timer runs, working
+//! out the certificates' dates (expiry, the next read): never a panic.
 #![no_main]
 
-use std::sync::OnceLock;
+#[path = "common.rs"]
+mod common;
 
 use bearer_reload::source::FnSource;
 use bearer_reload::tls::{IdentityStore, RootStore};
 use libfuzzer_sys::fuzz_target;
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime")
-    })
-}
 
 fn source(data: &[u8]) -> FnSource {
     let data = data.to_vec();
@@ -52,25 +44,36 @@ fn shows_key(shown: &str, data: &[u8]) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
-    runtime().block_on(async {
-        let identity = IdentityStore::builder(source(data))
-            .no_watch()
-            .no_periodic_refresh()
-            .load()
-            .await;
-        match identity {
-            Ok(identity) => {
-                let shown = format!("{identity:?} {:?}", identity.status());
-                assert!(
-                    !shows_key(&shown, data),
-                    "the identity shows its key: {shown}"
-                );
-            }
-            Err(e) => {
+    let byte = data.iter().fold(0_u8, |a, b| a.wrapping_add(*b));
+    let (now, span) = (common::now_from(byte), common::span_from(byte.rotate_left(4)));
+    let loaded = std::cell::Cell::new(false);
+    common::run(IdentityStore::builder(source(data)), now, span, |identity| {
+        loaded.set(true);
+        let shown = format!("{identity:?} {:?}", identity.status());
+        assert!(
+            !shows_key(&shown, data),
+            "the identity shows its key: {shown}"
+        );
+    });
+    if !loaded.get() {
+        // Refused (at that time): the error names no key either.
+        common::runtime().block_on(async {
+            let err = IdentityStore::builder(source(data))
+                .no_watch()
+                .no_periodic_refresh()
+                .load()
+                .await
+                .err();
+            if let Some(e) = err {
                 let shown = format!("{e} {e:?}");
                 assert!(!shows_key(&shown, data), "the error shows the key: {shown}");
             }
-        }
+        });
+    }
+    common::run(RootStore::builder(source(data)), now, span, |roots| {
+        let _ = format!("{roots:?} {:?}", roots.status());
+    });
+    common::runtime().block_on(async {
         let roots = RootStore::builder(source(data))
             .no_watch()
             .no_periodic_refresh()

@@ -1,7 +1,12 @@
 //! `Token::parse` over arbitrary bytes: never panics; an accepted token's header value is
-//! `Bearer ` + the trimmed input, and nothing it shows contains the secret.
+//! `Bearer ` + the trimmed input, and nothing it shows contains the secret. An accepted
+//! token then goes through a store, whose timer works out its dates: never a panic.
 #![no_main]
 
+#[path = "common.rs"]
+mod common;
+
+use bearer_reload::source::Fetched;
 use bearer_reload::token::{Token, TokenError};
 use libfuzzer_sys::fuzz_target;
 
@@ -29,6 +34,14 @@ fuzz_target!(|data: &[u8]| {
             }
             let again = Token::parse(trimmed).expect("a trimmed token parses again");
             assert_eq!(again.header_value(), token.header_value());
+            // The last byte picks the store's clock: the token's dates against any time.
+            let owned = data.to_vec();
+            let byte = data.last().copied().unwrap_or(0);
+            common::run_tokens(
+                move |_| Ok::<_, String>(Fetched::new(owned.clone())),
+                common::now_from(byte),
+                common::span_from(byte),
+            );
         }
         Err(TokenError::TooLarge { max }) => assert!(data.len() > max),
         Err(TokenError::Empty) => assert!(data.trim_ascii().is_empty()),

@@ -23,6 +23,8 @@ use crate::source::{ExecError, ExecSource, FileSource, TokenSource};
 use crate::store::TokenStore;
 #[cfg(feature = "tls")]
 use crate::tls::{IdentityStore, RootStore};
+#[cfg(feature = "tls")]
+use zeroize::Zeroizing;
 
 /// The stores a `kube::Client` takes its credentials from: the bearer token and, with
 /// feature `tls`, the client identity and the CA bundle. Cheap to clone: clients built
@@ -174,6 +176,10 @@ impl Credentials {
                 Err(e) => return Err(e.into()),
             }
         }
+        // A certificate the token's run got is for the identity store loaded below, if
+        // any: dropped once that is done rather than kept with the token's store.
+        #[cfg(feature = "tls")]
+        let handover = plugin.clone();
         #[cfg(feature = "tls")]
         if config.proxy_url.is_some() || config.accept_invalid_certs {
             tracing::debug!(
@@ -196,6 +202,10 @@ impl Credentials {
                 Some(builder) if !inline.roots => Some(builder.load().await?),
                 _ => None,
             };
+        }
+        #[cfg(feature = "tls")]
+        if let Some(plugin) = handover {
+            plugin.drop_handover();
         }
         Ok(credentials)
     }
@@ -442,10 +452,12 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
         auth.client_certificate_data.as_deref(),
         "client-certificate-data",
     )?;
+    // The key goes from kube's SecretString to wiped memory, never a plain Vec.
     let key = data(
         auth.client_key_data.as_ref().map(|key| key.expose_secret()),
         "client-key-data",
-    )?;
+    )?
+    .map(Zeroizing::new);
     Ok(
         match (cert, key, &auth.client_certificate, &auth.client_key) {
             (None, None, Some(cert), Some(key)) => Some(IdentityStore::files(cert, key)),
@@ -458,10 +470,15 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
                     let (cert, key) = (cert.clone(), key.clone());
                     let (cert_file, key_file) = (cert_file.clone(), key_file.clone());
                     async move {
-                        let mut pem = part(cert, cert_file).await?;
+                        let cert = part(cert.map(Zeroizing::new), cert_file).await?;
+                        let key = part(key, key_file).await?;
+                        let mut pem =
+                            Zeroizing::new(Vec::with_capacity(cert.len() + 1 + key.len()));
+                        pem.extend_from_slice(&cert);
                         pem.push(b'\n');
-                        pem.extend(part(key, key_file).await?);
-                        Ok::<_, std::io::Error>(pem)
+                        pem.extend_from_slice(&key);
+                        // Moved to the store, not copied.
+                        Ok::<_, std::io::Error>(std::mem::take(&mut *pem))
                     }
                 });
                 Some(IdentityStore::builder(source).no_watch())
@@ -470,15 +487,19 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
     )
 }
 
-/// One half of a kubeconfig identity: its `-data` bytes, else its file's.
+/// One half of a kubeconfig identity, in wiped memory: its `-data` bytes, else its file's.
 #[cfg(feature = "tls")]
-async fn part(bytes: Option<Vec<u8>>, file: Option<String>) -> std::io::Result<Vec<u8>> {
+async fn part(
+    bytes: Option<Zeroizing<Vec<u8>>>,
+    file: Option<String>,
+) -> std::io::Result<Zeroizing<Vec<u8>>> {
     match (bytes, file) {
         (Some(bytes), _) => Ok(bytes),
         (None, Some(file)) => tokio::fs::read(&file)
             .await
+            .map(Zeroizing::new)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {file}: {e}"))),
-        (None, None) => Ok(Vec::new()),
+        (None, None) => Ok(Zeroizing::default()),
     }
 }
 

@@ -216,14 +216,26 @@ pub enum Error {
 }
 
 /// kube's `Config::infer`, with the CA file's path kept: [`Credentials::infer_config`].
+///
+/// Both read files (kube's loader reads the kubeconfig and the files it names with
+/// `std::fs`, in its async fns): on the blocking pool, never a runtime thread, which a
+/// mount that hangs would hold along with every task on it.
 async fn infer_config() -> Result<Config, Error> {
-    let mut config = Config::infer().await?;
-    if config.root_cert_file.is_none() {
-        config.root_cert_file = Kubeconfig::read()
-            .ok()
-            .and_then(|kubeconfig| ca_file(&kubeconfig, &KubeConfigOptions::default()));
+    let runtime = tokio::runtime::Handle::current();
+    let infer = tokio::task::spawn_blocking(move || {
+        let mut config = runtime.block_on(Config::infer())?;
+        if config.root_cert_file.is_none() {
+            config.root_cert_file = Kubeconfig::read()
+                .ok()
+                .and_then(|kubeconfig| ca_file(&kubeconfig, &KubeConfigOptions::default()));
+        }
+        Ok(config)
+    });
+    match infer.await {
+        Ok(config) => config,
+        // Only a panic of kube's, or a runtime shutting down, ends the task otherwise.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
-    Ok(config)
 }
 
 /// The chosen context's cluster's `certificate-authority` path (the current context's,

@@ -79,13 +79,18 @@ pub use client_credentials::ClientCredentials;
 pub use error::Error;
 pub use exchange::TokenExchange;
 
-/// The token endpoint's answer parser alone, for the fuzz targets (`--cfg fuzzing`, which
-/// cargo-fuzz sets; never in a normal build): the error, if the answer gives no token.
+/// The token endpoint's answer read as a fetch reads it, for the fuzz targets
+/// (`--cfg fuzzing`, which cargo-fuzz sets; never in a normal build): the token with its
+/// expiry counted from `sent_at`, or the error.
 #[cfg(fuzzing)]
 #[doc(hidden)]
-pub fn fuzz_parse_response(status: u16, body: &[u8]) -> Result<(), Error> {
+pub fn fuzz_parse_response(
+    status: u16,
+    body: &[u8],
+    sent_at: std::time::SystemTime,
+) -> Result<crate::source::Fetched, Error> {
     let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
-    request::parse(status, body).map(|_| ())
+    request::parse(status, body)?.fetched(sent_at)
 }
 
 /// How long a token request may take by default.

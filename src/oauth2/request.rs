@@ -2,7 +2,7 @@
 //! read into a [`Fetched`] or an [`Error`].
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
@@ -105,11 +105,7 @@ impl Endpoint {
         let body = read_answer(response.into_body()).await?;
         let issued = parse(status, &body)?;
         drop(body);
-        let fetched = Fetched::new(issued.access_token);
-        Ok(match issued.expires_in {
-            Some(lifetime) => fetched.with_expires_at(sent_at + lifetime),
-            None => fetched,
-        })
+        issued.fetched(sent_at)
     }
 }
 
@@ -125,6 +121,11 @@ where
         .map(|collected| collected.to_bytes())
         .map_err(|source| Error::Transport { source })
 }
+
+/// The longest `expires_in` taken: 2^32 seconds (136 years, the TokenRequest API's
+/// cap too). A longer one is a server's mistake, refused as a bad answer rather than
+/// added to the clock (past what `SystemTime` holds, the sum would panic).
+pub(super) const MAX_EXPIRES_IN: Duration = Duration::from_secs(1 << 32);
 
 /// A token response's useful part.
 pub(super) struct Issued {
@@ -143,6 +144,26 @@ impl fmt::Debug for Issued {
             )
             .field("expires_in", &self.expires_in)
             .finish()
+    }
+}
+
+impl Issued {
+    /// The token, expiring `expires_in` after `sent_at`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Response`] when that moment is past what the system clock holds.
+    pub(super) fn fetched(self, sent_at: SystemTime) -> Result<Fetched, Error> {
+        let fetched = Fetched::new(self.access_token);
+        match self.expires_in {
+            None => Ok(fetched),
+            Some(lifetime) => sent_at
+                .checked_add(lifetime)
+                .map(|at| fetched.with_expires_at(at))
+                .ok_or(Error::Response {
+                    problem: "has an expires_in past what the system clock holds",
+                }),
+        }
     }
 }
 
@@ -205,10 +226,16 @@ pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
         ),
         Some(_) => return Err(not_seconds()),
     };
+    let expires_in = expires_in.filter(|&s| s > 0).map(Duration::from_secs);
+    if expires_in.is_some_and(|lifetime| lifetime > MAX_EXPIRES_IN) {
+        return Err(Error::Response {
+            problem: "has an expires_in over 2^32 seconds (136 years)",
+        });
+    }
     Ok(Issued {
         access_token,
         // Zero says nothing useful: the token is kept until a 401, as without one.
-        expires_in: expires_in.filter(|&s| s > 0).map(Duration::from_secs),
+        expires_in,
     })
 }
 

@@ -77,6 +77,54 @@ fn a_token_response_gives_the_token_and_its_lifetime() {
     assert!(parse(StatusCode::OK, body).is_err());
 }
 
+#[test]
+fn a_lifetime_past_what_the_clock_holds_is_a_bad_answer() {
+    use super::request::MAX_EXPIRES_IN;
+    let body = |expires_in: &str| {
+        format!(
+            r#"{{"access_token":"secret-tok","token_type":"Bearer","expires_in":{expires_in}}}"#
+        )
+    };
+    let now = std::time::SystemTime::now();
+    // 1e30 seconds was added to the time of sending with `+`: a panic.
+    for expires_in in [
+        "1e30",
+        "18446744073709551615",
+        "4294967297",
+        "\"1e30\"",
+        "\"4294967297\"",
+    ] {
+        let err = match parse(StatusCode::OK, body(expires_in).as_bytes()) {
+            Ok(issued) => issued.fetched(now).unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(err, super::Error::Response { .. }),
+            "{expires_in}: {err:?}"
+        );
+        assert!(err.to_string().contains("expires_in"), "{err}");
+        assert!(!format!("{err} {err:?}").contains("secret-tok"));
+    }
+    // 2^32 seconds is taken, counted from the time of sending.
+    let issued = parse(StatusCode::OK, body("4294967296").as_bytes()).unwrap();
+    assert_eq!(issued.expires_in, Some(MAX_EXPIRES_IN));
+    let fetched = issued.fetched(now).unwrap();
+    assert_eq!(fetched.expires_at(), Some(now + MAX_EXPIRES_IN));
+    // Sent at the end of what the clock holds, even a minute is too far.
+    let mut far = std::time::UNIX_EPOCH;
+    let mut step = Duration::from_secs(1 << 62);
+    while !step.is_zero() {
+        far = far.checked_add(step).unwrap_or(far);
+        step /= 2;
+    }
+    let issued = parse(StatusCode::OK, body("60").as_bytes()).unwrap();
+    let err = issued.fetched(far).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the token endpoint's answer has an expires_in past what the system clock holds"
+    );
+}
+
 #[tokio::test]
 async fn an_answer_is_read_whole_up_to_a_mebibyte() {
     let body = |len: usize| http_body_util::Full::new(bytes::Bytes::from(vec![b' '; len]));

@@ -9,12 +9,11 @@ use arc_swap::ArcSwapOption;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::refusal::Refused;
-use crate::refusal::{Failure, may_send_again};
+use crate::refusal::{Carried, Failure, Refused, may_send_again};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::refusal::{Blame, blame};
-use crate::tls::stores::{Generations, Stores};
+use crate::tls::stores::{Generations, Refusal, Stores};
 use crate::tls::{IdentityStore, RootStore};
 
 /// Builds the `reqwest::ClientBuilder` each generation's client starts from.
@@ -38,10 +37,11 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 ///
 /// It sends the request itself, on the client of the current credentials: put it last,
 /// after any other middleware (a [`BearerMiddleware`](super::BearerMiddleware) comes
-/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used
-/// (but building it with reqwest's rustls backend and no provider needs rustls's process
-/// default provider, as in the example);
-/// each generation's client comes from
+/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used:
+/// build it with [`client`](Self::client), as in the example, which needs no process-wide
+/// rustls provider (`reqwest::Client::new()` over reqwest's rustls backend without a
+/// provider panics unless the application installed one). Each generation's client
+/// comes from
 /// [`client_builder`](Self::client_builder) (reqwest's defaults by default), with this
 /// crate's rustls configuration: reqwest's `rustls-no-provider` backend, rustls's
 /// provider as [the `tls` module](crate::tls#tls-providers) says, HTTP/2 and HTTP/1.1 by
@@ -59,16 +59,13 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 /// use bearer_reload::source::FileSource;
 /// use bearer_reload::tls::{IdentityStore, RootStore};
 ///
-/// rustls::crypto::ring::default_provider()
-///     .install_default()
-///     .expect("no other provider installed yet");
 /// // cert-manager's Secret in a projected volume, and the CA that signs Vault's certificate.
 /// let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 /// let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
 /// let tls = TlsMiddleware::new(roots)
 ///     .identity(identity)
 ///     .client_builder(|| reqwest::Client::builder().timeout(Duration::from_secs(10)));
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+/// let client = reqwest_middleware::ClientBuilder::new(tls.client()?)
 ///     .with(tls)
 ///     .build();
 /// let response = client.get("https://vault.internal:8200/v1/sys/health").send().await?;
@@ -125,6 +122,23 @@ impl TlsMiddleware {
         let mut stores = self.shared.stores.clone();
         stores.identity = Some(identity);
         Self::build(stores, self.shared.make.clone())
+    }
+
+    /// A `reqwest::Client` to build the `reqwest_middleware::ClientWithMiddleware` on, which
+    /// wants one although this middleware sends each request on a client of its own (see
+    /// the [example](Self#examples)). Made with the stores' rustls configuration, with
+    /// rustls's provider as [the `tls` module](crate::tls#tls-providers) says: unlike
+    /// `reqwest::Client::new()` over reqwest's `rustls-no-provider` backend, it needs no
+    /// process-wide provider.
+    ///
+    /// # Errors
+    ///
+    /// reqwest's, when it cannot build a client (the system's proxy settings or root
+    /// certificates cannot be read, ...).
+    pub fn client(&self) -> std::result::Result<Client, ::reqwest::Error> {
+        Client::builder()
+            .tls_backend_preconfigured(self.shared.stores.client_config())
+            .build()
     }
 
     /// Each generation's client starts from the builder `make` returns (timeouts, proxies,
@@ -252,9 +266,12 @@ impl Middleware for TlsMiddleware {
     async fn handle(
         &self,
         req: Request,
-        _extensions: &mut Extensions,
+        extensions: &mut Extensions,
         _next: Next<'_>,
     ) -> Result<Response> {
+        // The token of a `BearerMiddleware` before this one, reloaded with the certificate
+        // on a 401.
+        let token = extensions.remove::<Carried>();
         let generation = self.shared.generation();
         let client = generation.client()?;
         // The copy is made before the request goes: sending consumes it.
@@ -263,35 +280,43 @@ impl Middleware for TlsMiddleware {
         let Some(blame) = refused(&outcome) else {
             return Ok(outcome?);
         };
-        let Some((store, sent)) = self
-            .shared
-            .stores
-            .refused_store(blame, generation.generations)
-        else {
+        let unauthorized = matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
+        let token = token.filter(|_| unauthorized);
+        let (stores, sent) = (&self.shared.stores, generation.generations);
+        let Some(refusal) = Refusal::new(stores, blame, sent, Certainty::Certain, token) else {
             return Ok(outcome?);
         };
-        let Some(replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused)) else {
+        let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))
+        else {
             // The reload starts for the requests that follow; this one gets its answer.
-            store.reload_after_refusal(sent, Certainty::Certain);
-            return Ok(outcome?);
+            refusal.reload_later();
+            return marked(&refusal, outcome.map_err(Into::into));
         };
         let answer = match outcome {
             Ok(response) => Answer::Response(response),
             Err(error) => Answer::Error(error),
         };
-        let after = store.after(sent, Certainty::Certain, answer);
+        let after = refusal.after(answer);
         let mut after = std::pin::pin!(after);
         if let Err(answer) = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
         {
             // Nothing newer to send it with.
-            return answer.into_result();
+            return marked(&refusal, answer.into_result());
         }
         // The client of the credentials current now: a connection made with the new one.
         let generation = self.shared.generation();
         let client = generation.client()?;
-        store.count_retried();
+        refusal.resending(replay.headers_mut());
         let outcome = client.execute(replay).await;
-        store.count_resent(refused(&outcome).is_some());
-        Ok(outcome?)
+        refusal.resent(refused(&outcome).is_some());
+        marked(&refusal, outcome.map_err(Into::into))
     }
+}
+
+/// `result`, marked when the middleware before this one must not send it again.
+fn marked(refusal: &Refusal, result: Result<Response>) -> Result<Response> {
+    result.map(|mut response| {
+        refusal.mark(response.extensions_mut());
+        response
+    })
 }

@@ -6,19 +6,28 @@ use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use zeroize::Zeroizing;
 
 use super::{FetchContext, Fetched, TokenSource};
 
 mod credential;
 mod error;
 
-/// The `ExecCredential` parser alone, for the fuzz targets (`--cfg fuzzing`, which
-/// cargo-fuzz sets; never in a normal build): whether the credential holds a token.
+/// A plugin's output read as a run reads it, for the fuzz targets (`--cfg fuzzing`, which
+/// cargo-fuzz sets; never in a normal build): what a token store's run answers, and what
+/// an identity store's would, each with its expiry.
 #[cfg(fuzzing)]
 #[doc(hidden)]
-pub fn fuzz_parse_credential(stdout: &[u8]) -> Result<bool, ExecError> {
-    credential::parse(stdout, credential::ApiVersion::V1, "fuzz").map(|c| c.token.is_some())
+pub fn fuzz_parse_credential(
+    stdout: &[u8],
+) -> Result<(Result<Fetched, ExecError>, Result<Fetched, ExecError>), ExecError> {
+    let read = || credential::parse(stdout, credential::ApiVersion::V1, "fuzz");
+    Ok((
+        answer(read()?, Wants::Token, "fuzz".into()),
+        answer(read()?, Wants::ClientCertificate, "fuzz".into()),
+    ))
 }
 #[cfg(feature = "kube")]
 mod from_kube;
@@ -142,7 +151,7 @@ pub struct ExecSource {
     /// [`ExecSource::client_certificate`] clone takes it instead of running the plugin
     /// again, so that loading both stores runs the plugin once.
     #[cfg(feature = "tls")]
-    handover: Arc<std::sync::Mutex<Option<Fetched>>>,
+    handover: Arc<std::sync::Mutex<Option<Handover>>>,
 }
 
 /// What an [`ExecSource`]'s fetch answers with.
@@ -343,10 +352,12 @@ impl ExecSource {
 
     async fn run(&self) -> Result<Fetched, ExecError> {
         #[cfg(feature = "tls")]
-        if self.wants == Wants::ClientCertificate
-            && let Some(fetched) = crate::sync::lock(&self.handover).take()
-        {
-            return Ok(fetched);
+        if self.wants == Wants::ClientCertificate {
+            // Taken out under the lock, and the lock let go before anything else.
+            let handover = crate::sync::lock(&self.handover).take();
+            if let Some(handover) = handover {
+                return Ok(handover.into_fetched());
+            }
         }
         let name = self.name();
         let terminal = self.terminal()?;
@@ -372,10 +383,7 @@ impl ExecSource {
             });
         }
         let credential = credential::parse(&exited.stdout, self.api_version, &name)?;
-        let expiring = |fetched: Fetched| match credential.expires_at {
-            Some(at) => fetched.with_expires_at(at),
-            None => fetched,
-        };
+        drop(exited);
         // Handed over when the identity store is about to load: after a run with no token,
         // or the first run with both (later ones would hand over what may be refused).
         #[cfg(feature = "tls")]
@@ -383,31 +391,107 @@ impl ExecSource {
             && let Some((cert, key)) = &credential.certificate
             && (credential.token.is_none() || !self.saw_certificate.load(Ordering::Relaxed))
         {
-            *crate::sync::lock(&self.handover) =
-                Some(expiring(Fetched::new(format!("{cert}\n{key}"))));
+            let handover = Handover::new(pem(cert, key), credential.expires_at);
+            *crate::sync::lock(&self.handover) = Some(handover);
         }
-        let fetched = match self.wants {
-            Wants::Token => match credential.token {
-                Some(token) => {
-                    if credential.has_certificate {
-                        self.saw_certificate.store(true, Ordering::Relaxed);
-                    }
-                    Fetched::new(token)
-                }
-                None if credential.has_certificate => {
-                    return Err(ExecError::ClientCertificate { command: name });
-                }
-                None => return Err(ExecError::MissingToken { command: name }),
-            },
-            Wants::ClientCertificate => {
-                let Some((cert, key)) = credential.certificate else {
-                    return Err(ExecError::MissingCertificate { command: name });
-                };
-                Fetched::new(format!("{cert}\n{key}"))
-            }
-        };
-        Ok(expiring(fetched))
+        if self.wants == Wants::Token && credential.token.is_some() && credential.has_certificate {
+            self.saw_certificate.store(true, Ordering::Relaxed);
+        }
+        answer(credential, self.wants, name)
     }
+
+    /// Drops a certificate a token run got that no identity store took: the key is not
+    /// kept for the life of the token's store.
+    #[cfg(all(feature = "kube", feature = "tls"))]
+    pub(crate) fn drop_handover(&self) {
+        drop(crate::sync::lock(&self.handover).take());
+    }
+
+    /// Whether a certificate waits to be handed over (tests).
+    #[cfg(all(test, feature = "tls"))]
+    pub(crate) fn holds_handover(&self) -> bool {
+        crate::sync::lock(&self.handover).is_some()
+    }
+}
+
+/// A client certificate and key a token run got, waiting for the identity store's first
+/// run. The key is wiped when dropped.
+#[cfg(feature = "tls")]
+struct Handover {
+    pem: Zeroizing<Vec<u8>>,
+    expires_at: Option<SystemTime>,
+}
+
+#[cfg(all(test, feature = "tls"))]
+thread_local! {
+    /// Hand-overs alive on this thread: a current-thread test sees its own.
+    pub(crate) static LIVE_HANDOVERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(feature = "tls")]
+impl Handover {
+    fn new(pem: Zeroizing<Vec<u8>>, expires_at: Option<SystemTime>) -> Self {
+        #[cfg(test)]
+        LIVE_HANDOVERS.with(|live| live.set(live.get() + 1));
+        Self { pem, expires_at }
+    }
+
+    fn into_fetched(mut self) -> Fetched {
+        // Moved, not copied: no second copy of the key to wipe.
+        expiring(
+            Fetched::new(std::mem::take(&mut *self.pem)),
+            self.expires_at,
+        )
+    }
+}
+
+#[cfg(all(test, feature = "tls"))]
+impl Drop for Handover {
+    fn drop(&mut self) {
+        LIVE_HANDOVERS.with(|live| live.set(live.get() - 1));
+    }
+}
+
+/// The certificate and its key as one PEM, in wiped memory.
+fn pem(cert: &str, key: &str) -> Zeroizing<Vec<u8>> {
+    let mut pem = Zeroizing::new(Vec::with_capacity(cert.len() + 1 + key.len()));
+    pem.extend_from_slice(cert.as_bytes());
+    pem.push(b'\n');
+    pem.extend_from_slice(key.as_bytes());
+    pem
+}
+
+fn expiring(fetched: Fetched, expires_at: Option<SystemTime>) -> Fetched {
+    match expires_at {
+        Some(at) => fetched.with_expires_at(at),
+        None => fetched,
+    }
+}
+
+/// What a run answers with, out of the plugin's checked credential.
+fn answer(
+    mut credential: credential::Credential,
+    wants: Wants,
+    name: String,
+) -> Result<Fetched, ExecError> {
+    let fetched = match wants {
+        Wants::Token => match credential.token.as_mut() {
+            // Moved out of the wiped string: the store's copy is the only one.
+            Some(token) => Fetched::new(std::mem::take(&mut **token)),
+            None if credential.has_certificate => {
+                return Err(ExecError::ClientCertificate { command: name });
+            }
+            None => return Err(ExecError::MissingToken { command: name }),
+        },
+        Wants::ClientCertificate => {
+            let Some((cert, key)) = &credential.certificate else {
+                return Err(ExecError::MissingCertificate { command: name });
+            };
+            let mut pem = pem(cert, key);
+            Fetched::new(std::mem::take(&mut *pem))
+        }
+    };
+    Ok(expiring(fetched, credential.expires_at))
 }
 
 /// `exited with status 1`, `was killed by signal 9`.

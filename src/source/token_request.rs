@@ -15,12 +15,18 @@ mod kubelet;
 mod spec;
 mod wire;
 
-/// The TokenRequest answer parser alone, for the fuzz targets (`--cfg fuzzing`, which
-/// cargo-fuzz sets; never in a normal build): the problem with `body`, if any.
+/// The API server's answer read as a fetch reads it, for the fuzz targets (`--cfg
+/// fuzzing`, which cargo-fuzz sets; never in a normal build): the token with its expiry
+/// and the kubelet's refresh point seen at `now`, or the problem with `body`.
 #[cfg(fuzzing)]
 #[doc(hidden)]
-pub fn fuzz_parse_response(body: &str) -> Result<(), &'static str> {
-    wire::parse_response(body, std::time::Duration::from_secs(3600)).map(|_| ())
+pub fn fuzz_parse_response(
+    body: &str,
+    asked: Duration,
+    seed: u64,
+    now: std::time::SystemTime,
+) -> Result<Fetched, &'static str> {
+    wire::parse_response(body, asked).map(|issued| answer(issued, seed, now).0)
 }
 
 pub use error::TokenRequestError;
@@ -210,22 +216,16 @@ impl TokenSource for TokenRequestSource {
         let issued = wire::parse_response(&body, checked.expiration)
             .map_err(|problem| TokenRequestError::Response { problem })?;
         drop(body);
-        let secs = issued
-            .expires_at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let jitter = kubelet::jitter(checked.seed ^ secs);
-        let refresh = kubelet::refresh_point(cx.now(), issued.expires_at, issued.ttl, jitter);
+        let expires_at = issued.expires_at;
+        let (fetched, refresh) = answer(issued, checked.seed, cx.now());
         tracing::debug!(
             source = %self.describe(),
             trigger = cx.trigger().as_str(),
-            expires_at = %crate::clock::Rfc3339(issued.expires_at),
+            expires_at = %crate::clock::Rfc3339(expires_at),
             refresh_at = %crate::clock::Rfc3339(refresh),
             "TokenRequest answered"
         );
-        Ok(Fetched::new(issued.token)
-            .with_expires_at(issued.expires_at)
-            .with_refresh_at(refresh))
+        Ok(fetched)
     }
 
     /// `serviceaccount team-a/payments (TokenRequest, audiences: vault)`.
@@ -243,6 +243,25 @@ impl TokenSource for TokenRequestSource {
             self.spec.namespace, self.spec.name
         )
     }
+}
+
+/// The token `issued`, due for refresh at the kubelet's point seen at `now` (with a
+/// jitter drawn from `seed` and the expiry), and that point.
+fn answer(
+    issued: wire::Issued,
+    seed: u64,
+    now: std::time::SystemTime,
+) -> (Fetched, std::time::SystemTime) {
+    let secs = issued
+        .expires_at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let jitter = kubelet::jitter(seed ^ secs);
+    let refresh = kubelet::refresh_point(now, issued.expires_at, issued.ttl, jitter);
+    let fetched = Fetched::new(issued.token)
+        .with_expires_at(issued.expires_at)
+        .with_refresh_at(refresh);
+    (fetched, refresh)
 }
 
 #[cfg(test)]

@@ -457,7 +457,6 @@ impl<C: Credential> Store<C> {
     }
 
     /// Sets what the store says of its watch (a follower says its leader's).
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn follow_watch_state(&self, state: WatchState) {
         if *lock(&self.shared.watch_state) != state {
             self.shared.set_watch_state(state);

@@ -29,21 +29,19 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{Dialled, Serves, Tagging, Verdict, https_connector};
+use super::connect::{Dialled, HttpsOnly, Serves, Tagging, Verdict, https_connector};
 use super::refusal::{Blame, blame};
-use super::stores::{Blamed, Generations, Stores};
+use super::stores::{Generations, Refusal, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::refusal::{
-    AfterRefusal, Carried, Failure, Handled, Refused, Reload, clone_request, may_send_again,
-};
+use crate::refusal::{AfterRefusal, Carried, Failure, Refused, clone_request, may_send_again};
 use crate::store::Certainty;
 use crate::sync::lock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The connector under every pool.
-type Connector = Tagging<HttpsConnector<HttpConnector>>;
+type Connector = Tagging<HttpsOnly<HttpsConnector<HttpConnector>>>;
 
 /// A hyper-util HTTPS client (rustls with ring) that presents an
 /// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
@@ -195,12 +193,12 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let inner = https_connector(
+        let inner = HttpsOnly(https_connector(
             &stores,
             settings.server_name.clone(),
             settings.connect_timeout,
             Serves::Any,
-        );
+        ));
         let connector = Tagging {
             inner,
             stores: Arc::new(stores.clone()),
@@ -331,7 +329,7 @@ type Outcome = Result<Response<Incoming>, Error>;
 
 /// A failure that may be a refusal of one of the client's credentials.
 #[derive(Debug, Clone, Copy)]
-struct Refusal {
+struct Classified {
     /// Whose credential.
     blame: Blame,
     /// What it proves about the request (see [`crate::refusal`]).
@@ -340,7 +338,7 @@ struct Refusal {
     dialled: Option<Generations>,
 }
 
-impl Refusal {
+impl Classified {
     fn certainty(&self) -> Certainty {
         match self.failure {
             Failure::Refused => Certainty::Certain,
@@ -350,8 +348,8 @@ impl Refusal {
 }
 
 /// Whether `outcome` is a refusal, or may be one.
-fn refusal(outcome: &Outcome) -> Option<Refusal> {
-    let refusal = |blame, failure, dialled: Option<&Dialled>| Refusal {
+fn refusal(outcome: &Outcome) -> Option<Classified> {
+    let refusal = |blame, failure, dialled: Option<&Dialled>| Classified {
         blame,
         failure,
         dialled: dialled.map(|d| d.generations),
@@ -430,9 +428,9 @@ pin_project! {
         // and every request's future would carry their room.
         Refused {
             after: Pin<Box<AfterRefusal<Answer, Either<Incoming, Empty<Bytes>>>>>,
-            refused: Reloaded,
+            refused: Refusal,
         },
-        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, refused: Reloaded },
+        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, refused: Refusal },
     }
 }
 
@@ -454,34 +452,32 @@ where
                         return Poll::Ready(outcome);
                     };
                     let sent = refusal.dialled.unwrap_or(*this.sent);
-                    let blamed = this.shared.stores.refused_store(refusal.blame, sent);
-                    // A 401 may refuse the token the layer above carried, as well as (or
-                    // instead of) the certificate: both reload, and the request goes again
-                    // once, with both.
+                    // A 401 may refuse the token the layer above handed down, as well as
+                    // (or instead of) the certificate: both reload, and the request goes
+                    // again once, with both.
                     let unauthorized =
                         matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
-                    let refused = Reloaded {
-                        blamed,
-                        token: this.carried.take().filter(|_| unauthorized),
-                    };
-                    if refused.blamed.is_none() && refused.token.is_none() {
+                    let token = this.carried.take().filter(|_| unauthorized);
+                    let stores = &this.shared.stores;
+                    let certainty = refusal.certainty();
+                    let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty, token)
+                    else {
                         return Poll::Ready(outcome);
-                    }
+                    };
                     let resend = this
                         .replay
                         .as_ref()
                         .is_some_and(|r| may_send_again(r.method(), refusal.failure));
                     if !resend {
                         // Not sent again: the reload starts for the requests that follow.
-                        refused.reload_later(refusal.certainty());
-                        return Poll::Ready(refused.mark(outcome));
+                        refused.reload_later();
+                        return Poll::Ready(marked(&refused, outcome));
                     }
                     let answer = match outcome {
                         Ok(response) => Answer::Response(response),
                         Err(error) => Answer::Error(error),
                     };
-                    let after =
-                        AfterRefusal::reloading(refused.reload(refusal.certainty()), answer);
+                    let after = refused.after(answer);
                     this.state.set(State::Refused {
                         after: Box::pin(after),
                         refused,
@@ -491,11 +487,11 @@ where
                     let replay = &mut *this.replay;
                     let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
                     if let Err(answer) = ready!(after.as_mut().poll_with(cx, replayable)) {
-                        return Poll::Ready(refused.mark(answer.into_outcome()));
+                        return Poll::Ready(marked(refused, answer.into_outcome()));
                     }
                     let refused = std::mem::take(refused);
                     let mut req = this.replay.take().expect("a refusal is retried once");
-                    refused.count_retried(req.headers_mut());
+                    refused.resending(req.headers_mut());
                     // The pool of the credentials current now: a connection made with
                     // the new one.
                     let fut = this.shared.pool_now().client.request(req);
@@ -503,80 +499,20 @@ where
                 }
                 StateProj::Retrying { fut, refused } => {
                     let outcome = ready!(fut.poll(cx));
-                    refused.count_resent(refusal(&outcome).is_some());
-                    return Poll::Ready(refused.mark(outcome));
+                    refused.resent(refusal(&outcome).is_some());
+                    return Poll::Ready(marked(refused, outcome));
                 }
             }
         }
     }
 }
 
-/// The credentials a refusal reloads: the store it blames, and the token the layer above
-/// carried down with a request refused by a 401.
-#[derive(Default)]
-struct Reloaded {
-    blamed: Option<(Blamed, u64)>,
-    token: Option<Carried>,
-}
-
-impl Reloaded {
-    /// Reloads each, together: whether any brought a newer credential.
-    fn reload(&self, certainty: Certainty) -> Reload {
-        let blamed = self
-            .blamed
-            .as_ref()
-            .map(|(store, sent)| store.reload(*sent, certainty));
-        let token = self.token.as_ref().map(Carried::reload);
-        Box::pin(async move {
-            let blamed = async move { if let Some(b) = blamed { b.await } else { false } };
-            let token = async move { if let Some(t) = token { t.await } else { false } };
-            let (blamed, token) = tokio::join!(blamed, token);
-            blamed || token
-        })
-    }
-
-    /// Starts each reload for the requests that follow, without waiting.
-    fn reload_later(&self, certainty: Certainty) {
-        if let Some((store, sent)) = &self.blamed {
-            store.reload_after_refusal(*sent, certainty);
-        }
-        if let Some(token) = &self.token {
-            token
-                .store
-                .reload_after_refusal(token.sent, Certainty::Certain);
-        }
-    }
-
-    /// Counts the second sending, and puts the newest token on it.
-    fn count_retried(&self, headers: &mut http::HeaderMap) {
-        if let Some((store, _)) = &self.blamed {
-            store.count_retried();
-        }
-        if let Some(token) = &self.token {
-            token.store.resend(headers);
-        }
-    }
-
-    /// Counts how the second sending went.
-    fn count_resent(&self, refused: bool) {
-        if let Some((store, _)) = &self.blamed {
-            store.count_resent(refused);
-        }
-        if let Some(token) = &self.token {
-            token.store.count_resent(refused);
-        }
-    }
-
-    /// Marks an answer the layer above must not send again: its token was reloaded here.
-    fn mark(&self, outcome: Outcome) -> Outcome {
-        match (outcome, &self.token) {
-            (Ok(mut response), Some(_)) => {
-                response.extensions_mut().insert(Handled);
-                Ok(response)
-            }
-            (outcome, _) => outcome,
-        }
-    }
+/// `outcome`, marked when the layer above must not send it again (see [`Refusal::mark`]).
+fn marked(refused: &Refusal, outcome: Outcome) -> Outcome {
+    outcome.map(|mut response| {
+        refused.mark(response.extensions_mut());
+        response
+    })
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use http::Uri;
+use http::uri::Scheme;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -23,15 +24,18 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
+use super::error::UriError;
 use super::refusal::{Blame, blame};
 use super::stores::{Generations, Stores};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a connector's connections carry.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Serves {
-    /// `http` and `https` URIs, HTTP/1.1 and HTTP/2 as the server chooses by ALPN.
+    /// HTTP/1.1 and HTTP/2 as the server chooses by ALPN.
     Any,
-    /// `https` URIs, HTTP/2 alone (gRPC).
+    /// HTTP/2 alone (gRPC).
     #[cfg_attr(
         not(feature = "tonic"),
         expect(dead_code, reason = "feature tonic's TlsChannel")
@@ -52,11 +56,11 @@ pub(crate) fn https_connector(
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(connect_timeout);
-    let tls = HttpsConnectorBuilder::new().with_tls_config(stores.client_config());
-    let tls = match serves {
-        Serves::Any => tls.https_or_http(),
-        Serves::Http2 => tls.https_only(),
-    };
+    // A credential never goes out in plain text: an `http` URI is refused (and
+    // `HttpsOnly` above says so by name first).
+    let tls = HttpsConnectorBuilder::new()
+        .with_tls_config(stores.client_config())
+        .https_only();
     let tls = match server_name {
         Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
         None => tls,
@@ -66,6 +70,35 @@ pub(crate) fn https_connector(
         Serves::Http2 => tls.enable_http2(),
     };
     tls.wrap_connector(http)
+}
+
+/// Refuses a URI that is not `https` before anything is dialled, with an error that
+/// names it: the request would carry the token the layer above put on it, and the
+/// client's certificate stands for TLS.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpsOnly<C>(pub(crate) C);
+
+impl<C> Service<Uri> for HttpsOnly<C>
+where
+    C: Service<Uri, Error = BoxError>,
+    C::Response: Send + 'static,
+    C::Future: Send + 'static,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    // Boxed: once a dial, which a TCP and TLS handshake dwarf.
+    type Future = Pin<Box<dyn Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        if uri.scheme() != Some(&Scheme::HTTPS) {
+            return Box::pin(std::future::ready(Err(UriError::NotHttps { uri }.into())));
+        }
+        Box::pin(self.0.call(uri))
+    }
 }
 
 /// Tags the connections of `inner` with the generations of `stores`.

@@ -1,8 +1,32 @@
-//! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle.
+//! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle;
+//! [`UriError`]: why an HTTPS client refused a URI.
 
 use std::time::SystemTime;
 
+use http::Uri;
+
 use crate::clock::Rfc3339;
+
+/// Why an HTTPS client refused a URI, before anything is dialled: a request's, for an
+/// [`HttpsClient`](super::HttpsClient) (the source of the hyper-util error it answers
+/// with, `Error::is_connect`), or the origin of a `tonic::TlsChannel` (from its `new`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UriError {
+    /// Not `https://`: requests carry credentials, and go over TLS alone, never in plain
+    /// text.
+    #[error("{uri} is not an https:// URI: credentials are never sent in plain text")]
+    NotHttps {
+        /// The URI (for a request, its scheme and authority: what would be dialled).
+        uri: Uri,
+    },
+    /// It names no host (`https://host[:port]`).
+    #[error("{uri} names no host")]
+    NoHost {
+        /// The URI.
+        uri: Uri,
+    },
+}
 
 /// Why the bytes a source gave are not a usable client certificate (with its key) or CA
 /// bundle. The store keeps the last good one, and the [`LoadError`](crate::LoadError) that
@@ -25,10 +49,20 @@ pub enum CertificateError {
     /// No private key section (`PRIVATE KEY`, `RSA PRIVATE KEY`, `EC PRIVATE KEY`).
     #[error("no private key in the PEM")]
     NoKey,
-    /// The key's type is not one the crypto provider can sign with (with ring or aws-lc-rs:
-    /// RSA of at least 2048 bits, ECDSA P-256 or P-384, Ed25519).
-    #[error("the private key is of an unsupported type")]
-    UnsupportedKey,
+    /// The key's type is not one the crypto provider can sign with. ring signs with RSA of
+    /// 2048 to 8192 bits, ECDSA P-256 and P-384, and Ed25519; aws-lc-rs with ECDSA P-521 as
+    /// well, and so with every key type of a Kubernetes pod certificate. Found when the
+    /// key is read, never at a handshake.
+    #[error("the private key ({key_type}) is of a type {provider} cannot sign with{remedy}")]
+    UnsupportedKey {
+        /// The key's type: `RSA 4096`, `ECDSA P-521`, `Ed25519`, ...
+        key_type: String,
+        /// The crypto provider that cannot: `ring`, `aws-lc-rs`, or `the process default
+        /// provider` (one the application installed).
+        provider: &'static str,
+        /// What would help, after a colon (`: aws-lc-rs can ...`), or nothing.
+        remedy: &'static str,
+    },
     /// The private key is not the certificate's: read in the middle of a rotation (a new
     /// certificate beside the old key), or two files that do not belong together.
     #[error("the private key does not match the certificate")]

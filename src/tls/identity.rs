@@ -12,7 +12,7 @@ use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
 use super::source::{Parse, Parsed, Pem, PemFiles, PemSource, digest};
-use super::{Certificate, CertificateError};
+use super::{Certificate, CertificateError, KeyType};
 use crate::builder::StoreBuilder;
 use crate::source::ExecSource;
 use crate::source::TokenSource;
@@ -72,10 +72,17 @@ impl Parse for Identity {
             }
             Err(e) => return Err(e.into()),
         };
-        let signer = super::provider::provider()?
-            .key_provider
-            .load_private_key(key)
-            .map_err(|_| CertificateError::UnsupportedKey)?;
+        // Read before the provider takes the key: a key it cannot sign with is refused
+        // here, naming its type, rather than at the first handshake.
+        let key_type = KeyType::of(&key);
+        let (provider, name) = super::provider::named()?;
+        let signer = provider.key_provider.load_private_key(key).map_err(|_| {
+            CertificateError::UnsupportedKey {
+                key_type: key_type.to_string(),
+                provider: name,
+                remedy: key_type.remedy(name),
+            }
+        })?;
         let infos = chain
             .iter()
             .map(Certificate::from_der)

@@ -49,6 +49,86 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Pod certificates and cluster trust bundles
+//!
+//! Kubernetes 1.37 made two projected-volume credentials stable that rotate in the volume
+//! like the token: a **pod certificate** (`podCertificate`, KEP-4317), the key the kubelet
+//! made for the pod and the chain a signer issued for it, refreshed before it expires
+//! (lifetimes of 1 h to 91 days, 24 h by default); and a **cluster trust bundle**
+//! (`clusterTrustBundle`, KEP-3257), a file of CA certificates the kubelet rewrites as the
+//! bundle changes. The pod certificate is an [`IdentityStore`], in either of the volume's
+//! layouts: one `credentialBundlePath` file (the PKCS#8 key first, then the chain, leaf
+//! first) is a [`FileSource`](crate::source::FileSource); a `keyPath` beside a
+//! `certificateChainPath` is [`IdentityStore::files`], which reads the two as one swap of
+//! the volume (never the key of one certificate with the other). The trust bundle is a
+//! [`RootStore`].
+//!
+//! ```yaml
+//! volumes:
+//! - name: pod-cert
+//!   projected:
+//!     sources:
+//!     - podCertificate:
+//!         signerName: example.com/pod-signer
+//!         keyType: ECDSAP256
+//!         credentialBundlePath: credentialbundle.pem
+//!     - clusterTrustBundle:
+//!         signerName: example.com/pod-signer
+//!         labelSelector: {}
+//!         path: trust-bundle.pem
+//! ```
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use bearer_reload::source::FileSource;
+//! use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
+//! use bytes::Bytes;
+//! use http_body_util::Empty;
+//! # let volume = tempfile::tempdir()?;
+//! # let signer_key = rcgen::KeyPair::generate()?;
+//! # let mut signer = rcgen::CertificateParams::new(Vec::<String>::new())?;
+//! # signer.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+//! # signer.distinguished_name.push(rcgen::DnType::CommonName, "example.com/pod-signer");
+//! # let signer = signer.self_signed(&signer_key)?;
+//! # let key = rcgen::KeyPair::generate()?;
+//! # let mut pod = rcgen::CertificateParams::new(Vec::<String>::new())?;
+//! # pod.distinguished_name.push(rcgen::DnType::CommonName, "pod");
+//! # let pod = pod.signed_by(&key, &signer, &signer_key)?;
+//! # let write = |name: &str, pem: String| std::fs::write(volume.path().join(name), pem);
+//! # write("credentialbundle.pem", format!("{}{}", key.serialize_pem(), pod.pem()))?;
+//! # write("key.pem", key.serialize_pem())?;
+//! # write("chain.pem", pod.pem())?;
+//! # write("trust-bundle.pem", signer.pem())?;
+//!
+//! // The volume above, mounted at /var/run/pod-cert.
+//! # let dir = volume.path();
+//! # /*
+//! let dir = std::path::Path::new("/var/run/pod-cert");
+//! # */
+//! let identity = IdentityStore::builder(FileSource::new(dir.join("credentialbundle.pem")))
+//!     .load()
+//!     .await?;
+//! let roots = RootStore::builder(FileSource::new(dir.join("trust-bundle.pem")))
+//!     .load()
+//!     .await?;
+//! assert_eq!(identity.certificate().issuer, "CN=example.com/pod-signer");
+//! assert_eq!(roots.certificates()[0].subject, "CN=example.com/pod-signer");
+//! let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity.clone());
+//!
+//! // The other layout: `keyPath: key.pem` and `certificateChainPath: chain.pem`.
+//! let same = IdentityStore::files(dir.join("chain.pem"), dir.join("key.pem")).load().await?;
+//! assert_eq!(same.certificate(), identity.certificate());
+//! # let _ = client; Ok(()) }
+//! ```
+//!
+//! Every `keyType` a pod may ask for works with the `aws-lc-rs` provider: `RSA3072`,
+//! `RSA4096`, `ECDSAP256`, `ECDSAP384`, `ECDSAP521`, `ED25519`. ring cannot sign with
+//! `ECDSAP521`: with ring, such a certificate does not load, and the error says so
+//! ([`CertificateError::UnsupportedKey`], naming the key's type and the `aws-lc-rs`
+//! feature), rather than a client failing at its first handshake. The same holds for a
+//! kubeconfig's and an exec plugin's client certificate, read by the same parser.
+//!
 //! # TLS providers
 //!
 //! No crypto provider is forced on the application. Each identity and CA bundle read, and
@@ -98,15 +178,15 @@
 //! let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 //! let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
 //!
-//! // reqwest: the middleware last (reqwest's own client needs a process default provider).
-//! let _ = rustls::crypto::ring::default_provider().install_default();
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-//!     .with(TlsMiddleware::new(roots.clone()).identity(identity.clone()))
+//! // reqwest: the middleware last, on the client it makes (no process default provider).
+//! let tls = TlsMiddleware::new(roots.clone()).identity(identity.clone());
+//! let client = reqwest_middleware::ClientBuilder::new(tls.client()?)
+//!     .with(tls)
 //!     .build();
 //! let health = client.get("https://vault.internal:8200/v1/sys/health").send().await?;
 //!
 //! // tonic: any generated client over the channel.
-//! let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots).identity(identity);
+//! let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots)?.identity(identity);
 //! let mut grpc = tonic_health::pb::health_client::HealthClient::new(channel);
 //! let serving = grpc.check(tonic_health::pb::HealthCheckRequest::default()).await?;
 //! # let _ = (health, serving); Ok(()) }
@@ -125,6 +205,7 @@ mod client;
 pub(crate) mod connect;
 mod error;
 mod identity;
+mod key_type;
 mod provider;
 pub(crate) mod refusal;
 mod roots;
@@ -133,8 +214,9 @@ pub(crate) mod stores;
 
 pub use certificate::Certificate;
 pub use client::HttpsClient;
-pub use error::CertificateError;
+pub use error::{CertificateError, UriError};
 pub use identity::IdentityStore;
+pub(crate) use key_type::KeyType;
 pub use roots::RootStore;
 
 /// Whether `pem` is a client identity the [`IdentityStore`] would install, or why not: for

@@ -11,25 +11,37 @@ use super::CertificateError;
 /// the application installed, else the provider of the enabled feature (`ring` first,
 /// then `aws-lc-rs`), else [`CertificateError::NoCryptoProvider`].
 pub(crate) fn provider() -> Result<Arc<CryptoProvider>, CertificateError> {
+    named().map(|(provider, _)| provider)
+}
+
+/// [`provider`], and its name for an error: `ring`, `aws-lc-rs`, or (one the application
+/// installed, which says nothing of itself) [`INSTALLED`].
+pub(crate) fn named() -> Result<(Arc<CryptoProvider>, &'static str), CertificateError> {
     pick(CryptoProvider::get_default(), FEATURE)
 }
 
+/// The name of a process default the application installed.
+pub(crate) const INSTALLED: &str = "the process default provider";
+
+/// A provider of a feature, and the feature's name.
+type Feature = (fn() -> CryptoProvider, &'static str);
+
 /// The provider of the crate's features, if one is on.
 #[cfg(feature = "ring")]
-const FEATURE: Option<fn() -> CryptoProvider> = Some(rustls::crypto::ring::default_provider);
+const FEATURE: Option<Feature> = Some((rustls::crypto::ring::default_provider, "ring"));
 #[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
-const FEATURE: Option<fn() -> CryptoProvider> = Some(rustls::crypto::aws_lc_rs::default_provider);
+const FEATURE: Option<Feature> = Some((rustls::crypto::aws_lc_rs::default_provider, "aws-lc-rs"));
 #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
-const FEATURE: Option<fn() -> CryptoProvider> = None;
+const FEATURE: Option<Feature> = None;
 
 /// The order of [`provider`], on its inputs.
 fn pick(
     installed: Option<&Arc<CryptoProvider>>,
-    feature: Option<fn() -> CryptoProvider>,
-) -> Result<Arc<CryptoProvider>, CertificateError> {
+    feature: Option<Feature>,
+) -> Result<(Arc<CryptoProvider>, &'static str), CertificateError> {
     match (installed, feature) {
-        (Some(installed), _) => Ok(installed.clone()),
-        (None, Some(feature)) => Ok(Arc::new(feature())),
+        (Some(installed), _) => Ok((installed.clone(), INSTALLED)),
+        (None, Some((feature, name))) => Ok((Arc::new(feature()), name)),
         (None, None) => Err(CertificateError::NoCryptoProvider),
     }
 }
@@ -40,7 +52,7 @@ mod tests {
 
     fn provider_with_suites(n: usize) -> CryptoProvider {
         let mut provider = FEATURE
-            .map(|feature| feature())
+            .map(|(feature, _)| feature())
             .unwrap_or_else(test_provider);
         provider.cipher_suites.truncate(n);
         provider
@@ -54,17 +66,32 @@ mod tests {
     #[test]
     fn the_installed_default_comes_before_the_feature() {
         let installed = Arc::new(provider_with_suites(1));
-        let picked = pick(Some(&installed), Some(test_provider)).unwrap();
+        let (picked, name) = pick(Some(&installed), Some((test_provider, "ring"))).unwrap();
         assert!(Arc::ptr_eq(&picked, &installed));
+        assert_eq!(name, INSTALLED);
     }
 
     #[test]
     fn without_an_installed_default_the_feature_provides() {
-        let picked = pick(None, Some(test_provider)).unwrap();
+        let (picked, name) = pick(None, Some((test_provider, "ring"))).unwrap();
+        assert_eq!(name, "ring");
         assert_eq!(
             picked.cipher_suites.len(),
             test_provider().cipher_suites.len()
         );
+    }
+
+    #[test]
+    fn the_features_provider_is_named_after_its_feature() {
+        let name = FEATURE.map(|(_, name)| name);
+        let want = if cfg!(feature = "ring") {
+            Some("ring")
+        } else if cfg!(feature = "aws-lc-rs") {
+            Some("aws-lc-rs")
+        } else {
+            None
+        };
+        assert_eq!(name, want);
     }
 
     #[test]

@@ -12,17 +12,28 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 
 use super::CertificateError;
-use crate::source::{BoxError, FetchContext, Fetched, FileError, FileSource, TokenSource};
+use crate::source::{BoxError, FetchContext, Fetched, FileSource, TokenSource};
 use crate::store::{Credential, Kind, LoadError, Stamp, attached};
 
 /// A client certificate (with its chain) and its private key in two PEM files (see
 /// [`IdentityStore::files`](super::IdentityStore::files)).
+///
+/// Both files change in one step in a projected volume (the kubelet's `..data` swap: a
+/// pod certificate's `keyPath` and `certificateChainPath`, a Secret's `tls.key` and
+/// `tls.crt`), but two reads are two steps: a swap between them would pair the old
+/// certificate with the new key. The certificate is read again after the key, and the
+/// pair read again while the certificate moved, so that a read holds both files of one
+/// swap (the key check refuses what still does not belong together).
 #[derive(Debug, Clone)]
-pub(crate) struct PemFiles {
+pub(crate) struct PemFiles<S = FileSource> {
     paths: [PathBuf; 2],
-    cert: FileSource,
-    key: FileSource,
+    cert: S,
+    key: S,
 }
+
+/// How many times a fetch reads the pair again when the certificate moved under it:
+/// a swap takes one; more means the files change faster than they are read.
+const SWAPS_WAITED: usize = 3;
 
 impl PemFiles {
     /// The certificate at `cert` and the key at `key`.
@@ -36,34 +47,64 @@ impl PemFiles {
     }
 }
 
+/// One of the two files.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    Certificate,
+    Key,
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Part::Certificate => "certificate",
+            Part::Key => "key",
+        })
+    }
+}
+
 /// A read of one of the two files that failed, and which.
 #[derive(Debug, thiserror::Error)]
 #[error("{part} {}", path.display())]
 struct PartError {
-    part: &'static str,
+    part: Part,
     path: PathBuf,
     #[source]
-    source: FileError,
+    source: BoxError,
 }
 
-impl TokenSource for PemFiles {
+impl<S: TokenSource> PemFiles<S> {
+    fn part(&self, part: Part) -> (&S, &PathBuf) {
+        match part {
+            Part::Certificate => (&self.cert, &self.paths[0]),
+            Part::Key => (&self.key, &self.paths[1]),
+        }
+    }
+
+    async fn read(&self, part: Part, cx: FetchContext) -> Result<Fetched, PartError> {
+        let (source, path) = self.part(part);
+        source.fetch(cx).await.map_err(|e| PartError {
+            part,
+            path: path.clone(),
+            source: e.into(),
+        })
+    }
+}
+
+impl<S: TokenSource> TokenSource for PemFiles<S> {
     type Error = BoxError;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        let part = |part, path: &PathBuf| {
-            let path = path.clone();
-            move |source| PartError { part, path, source }
-        };
-        let cert = self
-            .cert
-            .fetch(cx)
-            .await
-            .map_err(part("certificate", &self.paths[0]))?;
-        let key = self
-            .key
-            .fetch(cx)
-            .await
-            .map_err(part("key", &self.paths[1]))?;
+        let mut cert = self.read(Part::Certificate, cx).await?;
+        for _ in 0..SWAPS_WAITED {
+            let key = self.read(Part::Key, cx).await?;
+            let again = self.read(Part::Certificate, cx).await?;
+            if again.bytes() == cert.bytes() {
+                return Ok(join(&cert, &key));
+            }
+            cert = again;
+        }
+        let key = self.read(Part::Key, cx).await?;
         Ok(join(&cert, &key))
     }
 

@@ -23,14 +23,13 @@ use tower_service::Service;
 
 use super::connection::{Connection, Dial, Spawn};
 use crate::body::{ReplayBody, TryCloneBody};
-use crate::refusal::Refused;
-use crate::refusal::clone_request;
+use crate::refusal::{Carried, Refused, clone_request};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};
 use crate::tls::refusal::{Blame, blame};
-use crate::tls::stores::{Generations, Stores};
-use crate::tls::{IdentityStore, RootStore};
+use crate::tls::stores::{Generations, Refusal, Stores};
+use crate::tls::{IdentityStore, RootStore, UriError};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -60,11 +59,8 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// [`body`](crate::body) module shows). By default it presents no client certificate and
 /// gives a TCP connect 30 s; each setter returns the channel with no connection.
 ///
-/// # Panics
-///
-/// [`new`](Self::new) panics when `origin` has no authority or a scheme other than
-/// `https`, as `tonic::transport::Endpoint::from_static` does for a URI that does not
-/// parse.
+/// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an
+/// [`UriError`] naming it.
 ///
 /// # Examples
 ///
@@ -78,7 +74,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// // An etcd client's certificate from cert-manager, and the CA of etcd's.
 /// let identity = IdentityStore::files("/tls/tls.crt", "/tls/tls.key").load().await?;
 /// let roots = RootStore::builder(FileSource::new("/tls/ca.crt")).load().await?;
-/// let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots).identity(identity);
+/// let channel = TlsChannel::new("https://etcd.internal:2379".parse()?, roots)?.identity(identity);
 /// let mut health = HealthClient::new(channel);
 /// let serving = health.check(HealthCheckRequest::default()).await?;
 /// # let _ = serving; Ok(()) }
@@ -136,14 +132,17 @@ where
     /// Calls to `origin` (`https://host:port`) on connections that trust `roots` and
     /// present no client certificate. Nothing is dialled before the first call.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// When `origin` has no authority, or a scheme other than `https`.
-    pub fn new(origin: Uri, roots: RootStore) -> Self {
-        assert!(
-            origin.scheme() == Some(&Scheme::HTTPS) && origin.authority().is_some(),
-            "TlsChannel: the origin {origin} is not https://host[:port]"
-        );
+    /// A [`UriError`] naming `origin` when its scheme is not `https` (calls carry
+    /// credentials, and go over TLS alone) or it has no host.
+    pub fn new(origin: Uri, roots: RootStore) -> Result<Self, UriError> {
+        if origin.scheme() != Some(&Scheme::HTTPS) {
+            return Err(UriError::NotHttps { uri: origin });
+        }
+        if origin.authority().is_none_or(|a| a.host().is_empty()) {
+            return Err(UriError::NoHost { uri: origin });
+        }
         let mut http2 = Builder::new(Spawn);
         http2.timer(TokioTimer::new());
         let stores = Stores {
@@ -156,7 +155,7 @@ where
             connect_timeout: Some(Duration::from_secs(30)),
             http2,
         };
-        Self::build(stores, settings)
+        Ok(Self::build(stores, settings))
     }
 
     /// Presents `identity`'s client certificate at each handshake (none by default).
@@ -276,11 +275,13 @@ where
             Some(sender) => Ok(sender.try_send_request(req)),
             None => Err(req),
         };
+        // The token of a retry layer above, reloaded with the certificate on a 401.
+        let token = Carried::take();
         Box::pin(respond(
             self.shared.clone(),
             self.connection.clone(),
             first,
-            replay,
+            (replay, token),
         ))
     }
 }
@@ -329,7 +330,7 @@ async fn respond<B, F>(
     shared: Arc<Shared<B>>,
     connection: Arc<Connection<ReplayBody<B>>>,
     first: Result<F, Request<ReplayBody<B>>>,
-    replay: Option<Request<ReplayBody<B>>>,
+    again: Again<B>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -349,8 +350,11 @@ where
         Err(req) => Box::pin(send(&shared, &connection, req)).await,
     };
     // Boxed, as the sends above: the future of every call is as large as its largest step.
-    Box::pin(recover(shared, connection.generations, outcome, replay)).await
+    Box::pin(recover(shared, connection.generations, outcome, again)).await
 }
+
+/// What a call needs to go again: its copy, and the token a retry layer above handed down.
+type Again<B> = (Option<Request<ReplayBody<B>>>, Option<Carried>);
 
 /// What follows the first attempt's `outcome`, on connections of generations `sent`: the
 /// answer, or after a refusal the reload and a second attempt.
@@ -358,7 +362,7 @@ async fn recover<B>(
     shared: Arc<Shared<B>>,
     sent: Generations,
     outcome: Result<Response<Incoming>, Failed<Request<ReplayBody<B>>>>,
-    replay: Option<Request<ReplayBody<B>>>,
+    (replay, token): Again<B>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -394,28 +398,41 @@ where
             }
         }
     };
-    let Some((store, sent)) = shared.stores.refused_store(refused, sent) else {
+    let token = token.filter(|_| matches!(answer, Answer::Response(_)));
+    let Some(refusal) = Refusal::new(&shared.stores, refused, sent, Certainty::Certain, token)
+    else {
         return answer.into_outcome();
     };
     let fresh = unsent.is_some();
-    let Some(req) = unsent.or(replay) else {
+    let Some(mut req) = unsent.or(replay) else {
         // The reload starts for the calls that follow; this one gets its answer.
-        store.reload_after_refusal(sent, Certainty::Certain);
-        return answer.into_outcome();
+        refusal.reload_later();
+        return marked(&refusal, answer.into_outcome());
     };
-    let mut after = std::pin::pin!(store.after(sent, Certainty::Certain, answer));
+    let mut after = std::pin::pin!(refusal.after(answer));
     let replayable = |req: &Request<ReplayBody<B>>| fresh || req.body().start_replay();
     if let Err(answer) =
         std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || replayable(&req))).await
     {
-        return answer.into_outcome();
+        return marked(&refusal, answer.into_outcome());
     }
     // The connection of the credentials current now: made with the new one.
     let connection = shared.connection_now();
-    store.count_retried();
+    refusal.resending(req.headers_mut());
     let outcome = send(&shared, &connection, req).await;
-    store.count_resent(is_refusal(&outcome));
-    outcome.map_err(|failed| shared.error(failed))
+    refusal.resent(is_refusal(&outcome));
+    marked(&refusal, outcome.map_err(|failed| shared.error(failed)))
+}
+
+/// `outcome`, marked when the retry layer above must not send it again.
+fn marked(
+    refusal: &Refusal,
+    outcome: Result<Response<Incoming>, BoxError>,
+) -> Result<Response<Incoming>, BoxError> {
+    outcome.map(|mut response| {
+        refusal.mark(response.extensions_mut());
+        response
+    })
 }
 
 impl<B> Shared<B> {

@@ -7,8 +7,12 @@
 //!   `BearerMiddleware` and `TlsMiddleware`, tonic (unary and server-streaming calls of
 //!   tonic-health's `HealthClient`) through `tonic::TlsChannel` (with `BearerLayer` and the
 //!   gRPC classifier), and kube (`Credentials` with all three stores).
-//! - Credentials: the bearer token, the client certificate, the CA bundle that verifies the
-//!   server; each a file of one projected volume, rotated the kubelet's way.
+//! - Credentials: the bearer token, the client certificate (`tls.crt` and `tls.key`), a pod
+//!   certificate (Kubernetes 1.37's `podCertificate` source: one `credentialbundle.pem`,
+//!   the key then the chain, leaf first, from a signer's intermediate), the CA bundle that
+//!   verifies the server (`ca.crt`), and a cluster trust bundle (`clusterTrustBundle`
+//!   source: the same authorities in another order); each a file of one projected volume,
+//!   rotated the kubelet's way.
 //! - Scenarios: (1) the credential rotated three times under load, the old one refused the
 //!   moment the new one is written; (2) the same with the stores' watcher and timer off,
 //!   so that only the refusal tells; (3) the CA bundle moving to a new authority in three
@@ -77,7 +81,9 @@ impl Kind {
 enum Credential {
     Token,
     Certificate,
+    PodCertificate,
     Bundle,
+    ClusterTrustBundle,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,20 +108,34 @@ struct Files {
     volume: ProjectedTokenDir,
     token: String,
     identity: Issued,
+    /// The pod certificate.
+    pod: Issued,
     bundle: String,
 }
 
 impl Files {
     fn write(&self) {
+        let (pod, trust) = (self.pod.credential_bundle(), reversed(&self.bundle));
         self.volume
             .rotate_files(&[
                 ("token", self.token.as_bytes()),
                 ("tls.crt", self.identity.cert_pem.as_bytes()),
                 ("tls.key", self.identity.key_pem.as_bytes()),
+                ("credentialbundle.pem", pod.as_bytes()),
                 ("ca.crt", self.bundle.as_bytes()),
+                ("trust-bundle.pem", trust.as_bytes()),
             ])
             .unwrap();
     }
+}
+
+/// The certificates of `pem` in the reverse order: a cluster trust bundle's file holds the
+/// same authorities as the CA bundle, in an order of its own.
+fn reversed(pem: &str) -> String {
+    const END: &str = "-----END CERTIFICATE-----\n";
+    let mut certs: Vec<&str> = pem.split_inclusive(END).collect();
+    certs.reverse();
+    certs.concat()
 }
 
 /// One cell's world: the server, the authorities, the files and the stores.
@@ -124,6 +144,8 @@ struct Cell {
     server: MtlsServer,
     /// Issues the client certificates the server trusts (never rotated).
     clients_ca: Ca,
+    /// The pod certificates' signer: an intermediate of `clients_ca`.
+    pod_signer: Ca,
     /// The authority of the server's certificate, and of the bundle.
     server_ca: Ca,
     files: Files,
@@ -134,10 +156,11 @@ struct Cell {
 }
 
 impl Cell {
-    async fn new(scenario: Scenario) -> Cell {
+    async fn new(credential: Credential, scenario: Scenario) -> Cell {
         crate::support::tls::install_ring();
         let dir = tempfile::tempdir().unwrap();
         let clients_ca = Ca::new("clients");
+        let pod_signer = clients_ca.intermediate("example.com/pod-signer");
         let server_ca = Ca::new("server 0");
         let server = MtlsServer::start(&clients_ca, &server_ca.server()).await;
         let token = "token-0".to_owned();
@@ -148,21 +171,32 @@ impl Cell {
             volume,
             token,
             identity: clients_ca.client("matrix", HOUR),
+            pod: pod_signer.client("pod", HOUR),
             bundle: server_ca.pem(),
         };
         files.write();
         let d = files.volume.dir().to_owned();
         let quiet = scenario == Scenario::WatcherAndTimerOff;
         let token = options(TokenStore::builder(FileSource::new(d.join("token"))), quiet);
-        let identity = options(
-            IdentityStore::files(d.join("tls.crt"), d.join("tls.key")),
-            quiet,
-        );
-        let roots = options(RootStore::builder(FileSource::new(d.join("ca.crt"))), quiet);
+        // The pod certificate's cells present it, the others the pair of files; the cluster
+        // trust bundle's cells trust it, the others the CA bundle.
+        let identity = match credential {
+            Credential::PodCertificate => {
+                IdentityStore::builder(FileSource::new(d.join("credentialbundle.pem")))
+            }
+            _ => IdentityStore::files(d.join("tls.crt"), d.join("tls.key")),
+        };
+        let identity = options(identity, quiet);
+        let roots = match credential {
+            Credential::ClusterTrustBundle => d.join("trust-bundle.pem"),
+            _ => d.join("ca.crt"),
+        };
+        let roots = options(RootStore::builder(FileSource::new(roots)), quiet);
         Cell {
             _dir: dir,
             server,
             clients_ca,
+            pod_signer,
             server_ca,
             files,
             token: token.load().await.unwrap(),
@@ -191,7 +225,13 @@ impl Cell {
                 self.files.write();
                 self.server.refuse(&old);
             }
-            Credential::Bundle => {
+            Credential::PodCertificate => {
+                let old = self.files.pod.fingerprint();
+                self.files.pod = self.pod_signer.client("pod", HOUR);
+                self.files.write();
+                self.server.refuse(&old);
+            }
+            Credential::Bundle | Credential::ClusterTrustBundle => {
                 // The server moves to a new authority the moment the bundle names it,
                 // beside the one it leaves (a bundle that named only the new one would
                 // refuse the server until it moved): a client with the old bundle cannot
@@ -216,8 +256,8 @@ impl Cell {
         );
         move || match credential {
             Credential::Token => token.generation(),
-            Credential::Certificate => identity.generation(),
-            Credential::Bundle => roots.generation(),
+            Credential::Certificate | Credential::PodCertificate => identity.generation(),
+            Credential::Bundle | Credential::ClusterTrustBundle => roots.generation(),
         }
     }
 }
@@ -276,8 +316,9 @@ impl Client {
             }
             Kind::TonicUnary | Kind::TonicStreaming => {
                 let origin = cell.server.url("").parse().unwrap();
-                let channel =
-                    TlsChannel::new(origin, cell.roots.clone()).identity(cell.identity.clone());
+                let channel = TlsChannel::new(origin, cell.roots.clone())
+                    .unwrap()
+                    .identity(cell.identity.clone());
                 let stack = ServiceBuilder::new()
                     .layer(MapRequestBodyLayer::new(ReplayBody::new as ToReplay))
                     .layer(
@@ -376,7 +417,7 @@ struct Tally {
 
 /// Runs one cell.
 async fn cell(kind: Kind, credential: Credential, scenario: Scenario) -> Tally {
-    let mut cell = Cell::new(scenario).await;
+    let mut cell = Cell::new(credential, scenario).await;
     let client = Client::new(kind, &cell);
     let mut tally = Tally::default();
     let once = |tally: &mut Tally, result: Result<(), String>| {
@@ -443,7 +484,10 @@ async fn cell(kind: Kind, credential: Credential, scenario: Scenario) -> Tally {
         Scenario::WatcherAndTimerOff => {
             for _ in 0..ROTATIONS {
                 cell.rotate(credential);
-                if credential == Credential::Bundle {
+                if matches!(
+                    credential,
+                    Credential::Bundle | Credential::ClusterTrustBundle
+                ) {
                     // Old connections verified the old server: it restarts, and new ones
                     // meet the new certificate.
                     cell.server.close_gracefully().await;
@@ -475,7 +519,7 @@ async fn cell(kind: Kind, credential: Credential, scenario: Scenario) -> Tally {
                     let token = cell.token.clone();
                     crate::support::eventually("the new token", || token.generation() == 2).await;
                 }
-                Credential::Certificate => {
+                Credential::Certificate | Credential::PodCertificate => {
                     cell.rotate(credential);
                     let identity = cell.identity.clone();
                     crate::support::eventually("the new certificate", || {
@@ -483,7 +527,7 @@ async fn cell(kind: Kind, credential: Credential, scenario: Scenario) -> Tally {
                     })
                     .await;
                 }
-                Credential::Bundle => {}
+                Credential::Bundle | Credential::ClusterTrustBundle => {}
             }
             cell.server.serve_with(&next.server());
             cell.server.close_gracefully().await;
@@ -522,7 +566,9 @@ async fn matrix(kind: Kind) {
     for credential in [
         Credential::Token,
         Credential::Certificate,
+        Credential::PodCertificate,
         Credential::Bundle,
+        Credential::ClusterTrustBundle,
     ] {
         for scenario in [
             Scenario::UnderLoad,
@@ -576,4 +622,50 @@ async fn matrix_tonic_streaming() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matrix_kube() {
     matrix(Kind::Kube).await;
+}
+
+/// The token and the client certificate rotated in one swap, with the stores' watcher and
+/// timer off, and the server refusing the old pair on the connection the client holds:
+/// each client handles the refusal once, between its token's retry and its transport. The
+/// request arrives exactly twice, with the old pair and then the new one.
+async fn refused_together(kind: Kind) {
+    let mut cell = Cell::new(Credential::Certificate, Scenario::WatcherAndTimerOff).await;
+    let client = Client::new(kind, &cell);
+    client.call().await.unwrap();
+    let before = cell.server.arrivals().len();
+    let (old_token, old_identity) = (cell.files.token.clone(), cell.files.identity.clone());
+    cell.files.token = "token-1".to_owned();
+    cell.files.identity = cell.clients_ca.client("matrix", HOUR);
+    cell.files.write();
+    cell.server.accept_tokens(&["token-1"]);
+    cell.server.refuse(&old_identity.fingerprint());
+    client.call().await.unwrap();
+    let seen: Vec<_> = cell.server.arrivals()[before..]
+        .iter()
+        .map(|a| {
+            (
+                a.authorization.clone().unwrap_or_default(),
+                a.fingerprint.clone(),
+            )
+        })
+        .collect();
+    let pair = |token: &str, identity: &crate::support::pki::Issued| {
+        (format!("Bearer {token}"), identity.fingerprint())
+    };
+    assert_eq!(
+        seen,
+        [
+            pair(&old_token, &old_identity),
+            pair("token-1", &cell.files.identity)
+        ],
+        "{}",
+        kind.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_token_and_certificate_together_sends_the_request_once_more_in_every_client() {
+    for kind in [Kind::HyperUtil, Kind::Reqwest, Kind::TonicUnary, Kind::Kube] {
+        refused_together(kind).await;
+    }
 }

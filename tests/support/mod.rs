@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod exec_plugin;
+pub mod key_types;
 pub mod kube_api;
 pub mod mtls;
 pub mod pki;

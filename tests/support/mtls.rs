@@ -1,7 +1,7 @@
-//! An HTTPS server (rustls, ring) that requires client certificates from a CA, refuses the
-//! ones it is told to (at the handshake for new connections, with a 401 on connections
-//! already made), and records which certificate each request arrived with; its own
-//! certificate and the CA it trusts can be changed while it runs.
+//! An HTTPS server (rustls, ring unless told otherwise) that requires client certificates
+//! from a CA, refuses the ones it is told to (at the handshake for new connections, with a
+//! 401 on connections already made), and records which certificate each request arrived
+//! with; its own certificate and the CA it trusts can be changed while it runs.
 //!
 //! Self-contained beside `pki.rs`, so that examples can include both with `#[path]`.
 #![allow(dead_code, unreachable_pub)]
@@ -172,6 +172,23 @@ impl MtlsServer {
         .await
     }
 
+    /// [`start`](Self::start), verifying the clients' certificates and signatures with
+    /// `provider` (aws-lc-rs for an ECDSA P-521 client key, which ring cannot verify).
+    pub async fn start_with_provider(
+        clients: &Ca,
+        server: &Issued,
+        provider: rustls::crypto::CryptoProvider,
+    ) -> Self {
+        Self::start_full(
+            clients,
+            server,
+            &[b"h2", b"http/1.1"],
+            rustls::DEFAULT_VERSIONS,
+            provider,
+        )
+        .await
+    }
+
     async fn start_with(clients: &Ca, server: &Issued, alpn: &[&[u8]]) -> Self {
         Self::start_with_versions(clients, server, alpn, rustls::DEFAULT_VERSIONS).await
     }
@@ -182,7 +199,18 @@ impl MtlsServer {
         alpn: &[&[u8]],
         versions: &[&'static rustls::SupportedProtocolVersion],
     ) -> Self {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ring = rustls::crypto::ring::default_provider();
+        Self::start_full(clients, server, alpn, versions, ring).await
+    }
+
+    async fn start_full(
+        clients: &Ca,
+        server: &Issued,
+        alpn: &[&[u8]],
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        provider: rustls::crypto::CryptoProvider,
+    ) -> Self {
+        let provider = Arc::new(provider);
         let shared = Arc::new(Shared {
             clients: Mutex::new(client_verifier(clients, &provider)),
             server: Mutex::new(certified(server, &provider)),

@@ -16,12 +16,18 @@ use rcgen::{
 pub struct Ca {
     key: KeyPair,
     cert: rcgen::Certificate,
+    /// The PEM of the intermediates from this authority up to its root, itself first;
+    /// empty for a root.
+    chain_pem: String,
 }
 
 /// A certificate an authority issued, and its key.
 #[derive(Clone)]
 pub struct Issued {
     pub cert_pem: String,
+    /// The intermediates between the certificate and the root, nearest first (empty when
+    /// a root issued it).
+    pub chain_pem: String,
     pub key_pem: String,
     pub cert_der: Vec<u8>,
     pub key_der: Vec<u8>,
@@ -32,6 +38,17 @@ impl Issued {
     /// `kubelet-client-<date>.pem`.
     pub fn combined(&self) -> String {
         format!("{}{}", self.cert_pem, self.key_pem)
+    }
+
+    /// The key, then the chain leaf first, in one PEM: a pod certificate's
+    /// `credentialBundlePath` file as the kubelet writes it.
+    pub fn credential_bundle(&self) -> String {
+        format!("{}{}{}", self.key_pem, self.cert_pem, self.chain_pem)
+    }
+
+    /// The chain, leaf first: a pod certificate's `certificateChainPath` file.
+    pub fn chain(&self) -> String {
+        format!("{}{}", self.cert_pem, self.chain_pem)
     }
 
     /// The SHA-256 of the certificate, as `openssl x509 -fingerprint -sha256` prints it.
@@ -77,7 +94,35 @@ impl Ca {
         params.not_before = time(not_before);
         params.not_after = time(not_after);
         let cert = params.self_signed(&key).unwrap();
-        Self { key, cert }
+        Self {
+            key,
+            cert,
+            chain_pem: String::new(),
+        }
+    }
+
+    /// An intermediate authority named `name` that this one signed, valid from an hour
+    /// ago for a year.
+    pub fn intermediate(&self, name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let now = SystemTime::now();
+        params.not_before = time(now - Duration::from_secs(3600));
+        params.not_after = time(now + Duration::from_secs(365 * 86_400));
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let chain_pem = format!("{}{}", cert.pem(), self.chain_pem);
+        Ca {
+            key,
+            cert,
+            chain_pem,
+        }
     }
 
     pub fn pem(&self) -> String {
@@ -112,7 +157,21 @@ impl Ca {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.not_before = time(not_before);
         params.not_after = time(not_after);
-        self.issue(params)
+        self.issue(params, KeyPair::generate().unwrap())
+    }
+
+    /// A client certificate for `common_name` on `key` (of any type rcgen makes), valid
+    /// from a minute ago for `lifetime`.
+    pub fn client_with_key(&self, common_name: &str, lifetime: Duration, key: KeyPair) -> Issued {
+        let now = SystemTime::now();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = time(now - Duration::from_secs(60));
+        params.not_after = time(now + lifetime);
+        self.issue(params, key)
     }
 
     /// A server certificate for `127.0.0.1` and `localhost`, valid for a year.
@@ -126,14 +185,14 @@ impl Ca {
         let now = SystemTime::now();
         params.not_before = time(now - Duration::from_secs(3600));
         params.not_after = time(now + Duration::from_secs(365 * 86_400));
-        self.issue(params)
+        self.issue(params, KeyPair::generate().unwrap())
     }
 
-    fn issue(&self, params: CertificateParams) -> Issued {
-        let key = KeyPair::generate().unwrap();
+    fn issue(&self, params: CertificateParams, key: KeyPair) -> Issued {
         let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
         Issued {
             cert_pem: cert.pem(),
+            chain_pem: self.chain_pem.clone(),
             key_pem: key.serialize_pem(),
             cert_der: cert.der().to_vec(),
             key_der: key.serialize_der(),

@@ -10,6 +10,7 @@ use std::time::SystemTime;
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
+use zeroize::{Zeroize as _, Zeroizing};
 
 use super::ExecError;
 
@@ -132,11 +133,12 @@ pub(super) fn exec_info(
     .to_string()
 }
 
-/// What a plugin's credential holds, once checked.
+/// What a plugin's credential holds, once checked. The token and the key are wiped when
+/// dropped.
 pub(super) struct Credential {
-    pub(super) token: Option<String>,
+    pub(super) token: Option<Zeroizing<String>>,
     /// `clientCertificateData` and `clientKeyData` (PEM), when both are there.
-    pub(super) certificate: Option<(String, String)>,
+    pub(super) certificate: Option<(String, Zeroizing<String>)>,
     /// Whether either half of a client certificate is there.
     pub(super) has_certificate: bool,
     pub(super) expires_at: Option<SystemTime>,
@@ -156,7 +158,9 @@ pub(super) fn parse(
         // Line and column only: serde_json's syntax errors quote no input.
         reason: e.to_string(),
     })?;
-    let Value::Object(doc) = doc else {
+    // The document's strings hold the token and the key: wiped however this returns.
+    let doc = Wiped(doc);
+    let Value::Object(doc) = &doc.0 else {
         return Err(ExecError::InvalidJson {
             command: command(),
             reason: "the document is not a JSON object".into(),
@@ -180,7 +184,7 @@ pub(super) fn parse(
         return Err(ExecError::MissingStatus { command: command() });
     };
     let text = |name: &str| match status.get(name) {
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() => Some(Zeroizing::new(s.clone())),
         _ => None,
     };
     let present = |name: &str| match status.get(name) {
@@ -199,10 +203,29 @@ pub(super) fn parse(
     };
     Ok(Credential {
         token: text("token"),
-        certificate: text("clientCertificateData").zip(text("clientKeyData")),
+        certificate: text("clientCertificateData")
+            .map(|cert| cert.to_string())
+            .zip(text("clientKeyData")),
         has_certificate: present("clientCertificateData") || present("clientKeyData"),
         expires_at,
     })
+}
+
+/// A plugin's document, every string of which is wiped when it is dropped.
+struct Wiped(Value);
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        fn wipe(value: &mut Value) {
+            match value {
+                Value::String(s) => s.zeroize(),
+                Value::Array(items) => items.iter_mut().for_each(wipe),
+                Value::Object(map) => map.values_mut().for_each(wipe),
+                Value::Null | Value::Bool(_) | Value::Number(_) => {}
+            }
+        }
+        wipe(&mut self.0);
+    }
 }
 
 /// A value from the plugin's output, fit to be shown in an error: short, and with anything

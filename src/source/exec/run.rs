@@ -16,6 +16,7 @@ use std::process::{ExitStatus, Stdio};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
+use zeroize::Zeroizing;
 
 use super::ExecError;
 use super::redact::Tail;
@@ -32,7 +33,8 @@ pub(super) enum Terminal {
 /// What a run that exited left behind.
 pub(super) struct Exited {
     pub(super) status: ExitStatus,
-    pub(super) stdout: Vec<u8>,
+    /// Holds the token or the key: wiped when dropped.
+    pub(super) stdout: Zeroizing<Vec<u8>>,
     /// The redacted tail of stderr; `None` when it went to the terminal.
     pub(super) stderr: Option<String>,
 }
@@ -125,12 +127,31 @@ impl Drop for Group {
     }
 }
 
-/// Reads `r` to its end; `None` as soon as it holds more than `max` bytes.
-async fn read_capped(r: impl AsyncRead + Unpin, max: usize) -> io::Result<Option<Vec<u8>>> {
-    let mut bytes = Vec::new();
-    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
-    r.take(limit).read_to_end(&mut bytes).await?;
-    Ok((bytes.len() <= max).then_some(bytes))
+/// Reads `r` to its end into wiped memory; `None` as soon as it holds more than `max`
+/// bytes.
+async fn read_capped(
+    mut r: impl AsyncRead + Unpin,
+    max: usize,
+) -> io::Result<Option<Zeroizing<Vec<u8>>>> {
+    let mut bytes = Zeroizing::new(Vec::new());
+    let mut chunk = Zeroizing::new([0_u8; 8192]);
+    loop {
+        let n = r.read(&mut chunk[..]).await?;
+        if n == 0 {
+            return Ok(Some(bytes));
+        }
+        let len = bytes.len() + n;
+        if len > max {
+            return Ok(None);
+        }
+        // Grown by hand: a `Vec`'s own growth frees the old buffer without wiping it.
+        if len > bytes.capacity() {
+            let mut grown = Zeroizing::new(Vec::with_capacity(len.max(bytes.capacity() * 2)));
+            grown.extend_from_slice(&bytes);
+            bytes = grown;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
 }
 
 /// Reads `r` to its end, keeping only its tail.

@@ -607,3 +607,70 @@ mod from_kube {
         }
     }
 }
+
+/// A credential with a token, a client certificate and its key.
+#[cfg(feature = "tls")]
+fn token_and_certificate() -> Value {
+    credential(
+        V1,
+        json!({
+            "token": "tok-1",
+            "clientCertificateData": "CERT",
+            "clientKeyData": SECRET,
+            "expirationTimestamp": "2099-01-02T03:04:05Z",
+        }),
+    )
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn a_handed_over_key_leaves_every_clone_once_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = printing(dir.path(), &token_and_certificate());
+    let identity = token.clone().client_certificate();
+    assert!(!token.holds_handover());
+    let fetched = fetch(&token).await.unwrap();
+    assert_eq!(fetched.bytes(), b"tok-1");
+    // The clones share it until the identity's first fetch takes it, instead of a run.
+    assert!(token.holds_handover() && identity.holds_handover());
+    let handed = fetch(&identity).await.unwrap();
+    assert_eq!(runs(dir.path()), 1);
+    assert_eq!(handed.bytes(), format!("CERT\n{SECRET}").as_bytes());
+    let expiry = "2099-01-02T03:04:05Z".parse::<jiff::Timestamp>().unwrap();
+    assert_eq!(handed.expires_at(), Some(SystemTime::from(expiry)));
+    assert!(!token.holds_handover() && !identity.holds_handover());
+    assert_eq!(LIVE_HANDOVERS.with(std::cell::Cell::get), 0);
+    // Later token runs hand over nothing (a newer certificate is the identity's to run for).
+    fetch(&token).await.unwrap();
+    assert!(!token.holds_handover());
+    assert_eq!(LIVE_HANDOVERS.with(std::cell::Cell::get), 0);
+}
+
+#[cfg(all(feature = "kube", feature = "tls"))]
+#[tokio::test]
+async fn a_key_no_identity_store_took_is_dropped_once_the_credentials_are_loaded() {
+    // A config that verifies no server: kube's own TLS handles the certificate, so no
+    // identity store takes the key the token's run got. It was kept with the token's
+    // store for that store's life.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("out.json"),
+        token_and_certificate().to_string(),
+    )
+    .unwrap();
+    let body = format!("cat '{}/out.json'", dir.path().display());
+    let exec = ::kube::config::ExecConfig {
+        api_version: Some(V1.into()),
+        command: Some(script(dir.path(), "plugin", &body).display().to_string()),
+        interactive_mode: Some(::kube::config::ExecInteractiveMode::Never),
+        ..Default::default()
+    };
+    let mut config = ::kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    config.auth_info.exec = Some(exec);
+    config.accept_invalid_certs = true;
+    let credentials = crate::kube::Credentials::load(&config).await.unwrap();
+    let token = credentials.token_store().expect("a token store");
+    assert_eq!(token.current().header_value(), "Bearer tok-1");
+    assert_eq!(LIVE_HANDOVERS.with(std::cell::Cell::get), 0);
+    drop(credentials);
+}

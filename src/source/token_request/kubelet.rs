@@ -32,10 +32,15 @@ pub(super) fn refresh_point(
     if now < iat {
         return now;
     }
-    // The kubelet's 20%, in whole seconds as it computes it.
-    let margin = Duration::from_secs(ttl.as_secs() * 20 / 100);
-    let before_expiry = exp.checked_sub(margin + jitter);
-    let by_age = (iat + MAX_TTL).checked_sub(jitter);
+    // The kubelet's 20%, in whole seconds as it computes it (`ttl * 20 / 100`): a fifth,
+    // which is the same in integers and cannot overflow for a server's absurd lifetime.
+    let margin = Duration::from_secs(ttl.as_secs() / 5);
+    let before_expiry = margin
+        .checked_add(jitter)
+        .and_then(|back| exp.checked_sub(back));
+    let by_age = iat
+        .checked_add(MAX_TTL)
+        .and_then(|at| at.checked_sub(jitter));
     before_expiry.into_iter().chain(by_age).min().unwrap_or(now)
 }
 
@@ -93,6 +98,41 @@ mod tests {
             refresh_point(at(100), at(700), ttl, Duration::ZERO),
             at(580)
         );
+    }
+
+    #[test]
+    fn an_absurd_lifetime_is_worked_out_without_overflow() {
+        // A lifetime past u64::MAX / 20 seconds overflowed the kubelet's `ttl * 20` (a
+        // panic in a debug build): the day's rule decides instead.
+        let ttl = Duration::from_secs(1_000_000_000_000_000_000);
+        let exp = at(600);
+        let jitter = Duration::from_secs(9);
+        let point = refresh_point(at(0), exp, ttl, jitter);
+        // Where the clock holds the issue time (it does not reach that far back on every
+        // system): a day after it.
+        match exp.checked_sub(ttl) {
+            Some(iat) => assert_eq!(point, iat + MAX_TTL - jitter),
+            None => assert_eq!(point, at(0)),
+        }
+        // The largest a server can send, and a token at the end of what the clock holds
+        // (whose `iat + 24 h` overflowed): an answer each time, never a panic.
+        for ttl in [Duration::MAX, Duration::from_secs(u64::MAX)] {
+            assert_eq!(refresh_point(at(0), exp, ttl, jitter), at(0));
+        }
+        let mut far = SystemTime::UNIX_EPOCH;
+        let mut step = Duration::from_secs(1 << 62);
+        while !step.is_zero() {
+            far = far.checked_add(step).unwrap_or(far);
+            step /= 2;
+        }
+        let point = refresh_point(far, far, Duration::from_secs(600), jitter);
+        assert_eq!(point, far - Duration::from_secs(120) - jitter);
+        // A fifth in whole seconds, as `* 20 / 100` truncates it.
+        for secs in [600, 601, 604, 605, 3607, 86_399] {
+            let ttl = Duration::from_secs(secs);
+            let point = refresh_point(at(0), at(secs), ttl, Duration::ZERO);
+            assert_eq!(point, at(secs - secs * 20 / 100), "{secs}");
+        }
     }
 
     #[test]

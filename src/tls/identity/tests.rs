@@ -71,7 +71,10 @@ fn each_bad_read_is_refused_with_what_is_wrong_and_no_key_material() {
             matches!(e, CertificateError::Expired { .. })
         }),
         (format!("{}{}", node.cert_pem, rsa_1024_pem()), |e| {
-            *e == CertificateError::UnsupportedKey
+            matches!(
+                e,
+                CertificateError::UnsupportedKey { key_type, .. } if key_type == "RSA 1024"
+            )
         }),
     ];
     for (pem, want) in cases {
@@ -87,6 +90,57 @@ fn each_bad_read_is_refused_with_what_is_wrong_and_no_key_material() {
         err.to_string().starts_with("the certificate expired at 20"),
         "{err}"
     );
+}
+
+/// A pod certificate's `credentialBundlePath` file, as the kubelet writes it: the PKCS#8
+/// key first, then the chain, leaf first (here with the signer's intermediate).
+#[test]
+fn a_pod_certificate_bundle_parses_with_its_chain_of_every_key_type_the_provider_signs_with() {
+    use crate::test_support::key_types::{POD_KEY_TYPES, generate};
+    let root = Ca::new("cluster root");
+    let signer = root.intermediate("example.com/pod-signer");
+    for key_type in POD_KEY_TYPES {
+        let pod = signer.client_with_key("pod", HOUR, generate(key_type));
+        let bundle = pod.credential_bundle();
+        assert!(bundle.starts_with("-----BEGIN PRIVATE KEY-----"));
+        match parse(&bundle) {
+            Ok(parsed) => {
+                let subjects: Vec<_> = parsed.value.chain.iter().map(|c| &c.subject).collect();
+                assert_eq!(
+                    subjects,
+                    ["CN=pod", "CN=example.com/pod-signer"],
+                    "{key_type}"
+                );
+                assert_eq!(parsed.value.leaf().fingerprint, pod.fingerprint());
+                assert!(
+                    key_type != "ECDSAP521" || !cfg!(feature = "ring"),
+                    "ring signed with P-521?"
+                );
+            }
+            Err(e) => {
+                // ring alone, of the six, and for P-521 alone: the type and the way out named.
+                assert!(
+                    key_type == "ECDSAP521" && cfg!(feature = "ring"),
+                    "{key_type}: {e}"
+                );
+                assert_eq!(
+                    e,
+                    CertificateError::UnsupportedKey {
+                        key_type: "ECDSA P-521".to_owned(),
+                        provider: "ring",
+                        remedy: crate::tls::KeyType::EcdsaP521.remedy("ring"),
+                    }
+                );
+                assert_eq!(
+                    e.to_string(),
+                    "the private key (ECDSA P-521) is of a type ring cannot sign with: \
+                     aws-lc-rs can (enable feature `aws-lc-rs` of bearer-reload with its \
+                     default features off, or install aws-lc-rs as rustls's process default \
+                     provider)"
+                );
+            }
+        }
+    }
 }
 
 /// An RSA key ring does not sign with (under 2048 bits).
