@@ -91,16 +91,18 @@ impl Start {
         }
     }
 
-    /// The directory of the path as given.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Follows the chain as it is now (see the module docs).
     pub(crate) fn resolve(&self) -> Chain {
-        let mut chain = Chain {
-            entries: Vec::new(),
-            error: None,
+        let (mut entries, mut error) = (Vec::new(), None);
+        // A payload's names are not watched: the link into it is.
+        let mut watch = |dir: &Path, name: &OsStr, payload: bool| {
+            let entry = Entry {
+                dir: dir.to_owned(),
+                name: name.to_owned(),
+            };
+            if !payload && !entries.contains(&entry) {
+                entries.push(entry);
+            }
         };
         let mut base = self.dir.clone();
         let mut payload = false;
@@ -128,11 +130,12 @@ impl Start {
             let path = base.join(&name);
             match std::fs::symlink_metadata(&path) {
                 Ok(meta) if meta.file_type().is_symlink() => {
-                    chain.watch(&base, &name, payload);
+                    watch(&base, &name, payload);
                     links += 1;
                     if links > MAX_LINKS {
-                        chain.error = Some(ChainError::TooManyLinks {
-                            path: self.path.clone(),
+                        let path = self.path.clone();
+                        error = Some(ChainError::TooManyLinks {
+                            path,
                             limit: MAX_LINKS,
                         });
                         break;
@@ -141,7 +144,14 @@ impl Start {
                     let Ok(target) = std::fs::read_link(&path) else {
                         break;
                     };
-                    let mut front: Vec<Step> = target.components().filter_map(step_of).collect();
+                    let mut front: Vec<Step> = (target.components())
+                        .filter_map(|component| match component {
+                            Component::RootDir => Some(Step::Root),
+                            Component::ParentDir => Some(Step::Parent),
+                            Component::Normal(name) => Some(Step::Name(name.to_owned())),
+                            Component::CurDir | Component::Prefix(_) => None,
+                        })
+                        .collect();
                     if !last && is_writer_internal(&name) {
                         front.push(Step::Payload);
                     }
@@ -149,40 +159,16 @@ impl Start {
                         steps.push_front(step);
                     }
                 }
-                Ok(_) if last => {
-                    chain.watch(&base, &name, payload);
-                    break;
-                }
-                Ok(meta) if meta.is_dir() => base = path,
-                // Missing, not a directory, or not readable: its return is an event here.
+                Ok(meta) if !last && meta.is_dir() => base = path,
+                // The file at the end; or missing, not a directory, or not readable: its
+                // return is an event here.
                 _ => {
-                    chain.watch(&base, &name, payload);
+                    watch(&base, &name, payload);
                     break;
                 }
             }
         }
-        chain
-    }
-}
-
-impl Chain {
-    fn watch(&mut self, dir: &Path, name: &OsStr, payload: bool) {
-        let entry = Entry {
-            dir: dir.to_owned(),
-            name: name.to_owned(),
-        };
-        if !payload && !self.entries.contains(&entry) {
-            self.entries.push(entry);
-        }
-    }
-}
-
-fn step_of(component: Component<'_>) -> Option<Step> {
-    match component {
-        Component::RootDir => Some(Step::Root),
-        Component::ParentDir => Some(Step::Parent),
-        Component::Normal(name) => Some(Step::Name(name.to_owned())),
-        Component::CurDir | Component::Prefix(_) => None,
+        Chain { entries, error }
     }
 }
 

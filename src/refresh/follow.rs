@@ -29,29 +29,22 @@ impl<C: Credential> Leader for Store<C> {
     }
 }
 
-/// Follows `leader` for the store behind `store`, until either is gone. Subscribes (and
-/// takes the leader's watch state) here, before the future first runs, so that no read of
-/// the leader is missed.
+/// Follows `leader` for the store behind `store`, until either is gone. Subscribes here,
+/// before the future first runs, so that no read of the leader is missed.
 pub(crate) fn follow<C: Credential>(
     store: WeakStore<C>,
     leader: Arc<dyn Leader>,
 ) -> impl Future<Output = ()> + Send + use<C> {
     let mut reads = leader.reads_done();
-    // Said at once, as a watcher says it subscribed: the store's status is right from its
-    // load on.
-    if let Some(follower) = store.upgrade() {
-        follower.follow_watch_state(leader.watch_state());
-    }
-    async move {
-        loop {
-            let Some(follower) = store.upgrade() else {
-                return;
-            };
+    let say = move |store: &WeakStore<C>| {
+        if let Some(follower) = store.upgrade() {
             follower.follow_watch_state(leader.watch_state());
-            drop(follower);
-            if !reads.next().await {
-                return;
-            }
+        }
+    };
+    // Said at once, as a watcher says it subscribed: the status is right from the load on.
+    say(&store);
+    async move {
+        while reads.next().await {
             // A fetch that starts after the leader's read: it takes what that read found.
             let reloaded = store
                 .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
@@ -59,6 +52,7 @@ pub(crate) fn follow<C: Credential>(
             if reloaded.is_none() {
                 return;
             }
+            say(&store);
         }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Each holds only a weak reference to its store: the refresher ends when the store is
 //! dropped. When it is dropped first (its runtime shut down), it tells the store, which
-//! reports it and can start it again (see `store::background`).
+//! reports it (see `WeakStore::refresher_stopped`).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -40,29 +40,24 @@ pub(crate) async fn start<C: Credential>(
     let early = Early(store.clone());
     let watcher = match plan.watch.is_empty() {
         true => None,
-        false => Some(watch::watch(store.clone(), &plan.watch).await),
+        false => Some(watch::watch(&registry::GLOBAL, store.clone(), &plan.watch).await),
     };
     let timer = timer::run(store.clone(), plan.period, plan.clock);
-    let follower = (plan.follow.clone()).map(|leader| follow::follow(store.clone(), leader));
+    let follower = (plan.follow).map(|leader| follow::follow(store.clone(), leader));
     async move {
-        let watcher = async move {
-            match watcher {
-                Some(watcher) => watcher.await,
-                None => std::future::pending().await,
-            }
-        };
-        let follower = async move {
-            match follower {
-                Some(follower) => follower.await,
-                None => std::future::pending().await,
-            }
-        };
+        // Dropped at the end, with the store gone: it tells no one.
+        let _early = early;
         until_closed(store, async {
-            tokio::join!(timer, watcher, follower);
+            tokio::join!(timer, some(watcher), some(follower));
         })
         .await;
-        // Ended with its store: the store is gone, and `early` tells no one.
-        drop(early);
+    }
+}
+
+/// Runs `work`, if any.
+async fn some(work: Option<impl Future<Output = ()>>) {
+    if let Some(work) = work {
+        work.await;
     }
 }
 

@@ -5,129 +5,142 @@
 //! its symlink chain and of the file at its end ([`chain`](super::chain)). A watch on the
 //! file itself would follow the symlink to an inode that dies at the first rotation.
 //!
-//! - The [`Registry`] maps each canonical directory to its subscribers, by file name: an
-//!   event for `tenant-7` wakes the stores of `tenant-7` only, however many files the
-//!   directory holds ([`dispatch`](mod@dispatch)). An event that can concern every file of
-//!   a directory (the directory itself removed or replaced, an overflow of the event queue,
-//!   an error) wakes all of its subscribers, whose reads then go through the directory's
-//!   [`read_limit`](Registry::read_limit): each reads its own file once, a few at a time.
-//! - It owns at most one `notify` watcher, created with the first watched directory and
-//!   dropped with the last one, so an idle process holds no inotify descriptor (inotify
-//!   instances are limited to 128 per user by default, shared with every container of that
-//!   user); and with the watcher, one thread that checks every watched directory is still
+//! - The [`Registry`]'s table maps each canonical directory to its subscribers, by file
+//!   name: an event for `tenant-7` wakes the stores of `tenant-7` only, however many files
+//!   the directory holds ([`dispatch`]). An event that can concern every file of a directory
+//!   (the directory itself removed or replaced, an overflow, an error) wakes all of its
+//!   subscribers, whose reads then go a few at a time ([`READS_PER_DIR`]).
+//! - The watcher exists while a directory is subscribed, so an idle process holds no
+//!   inotify descriptor; with it, one thread checks that each watched directory is still
 //!   the one at its path ([`health`]), once per directory however many stores watch it.
 //! - Two locks, always taken in this order: `control` (the watcher, held across its
-//!   `watch`/`unwatch` calls) and `table` (directories and subscribers, held briefly). The
-//!   event handler runs on notify's thread and takes only `table`: `watch`/`unwatch` block
-//!   on a reply from that thread, so it must never wait for `control`.
-//! - A store subscribes through a [`Subscriber`], the names of its chain, and is woken
-//!   through a coalescing [`Signal`] that counts events; what it does then is the watch
-//!   loop's business (`super::watch`).
-//!
-//! The submodules are the registry's parts, each used by it and none using it: the
-//! [`Signal`], the `table` of directories and subscribers, `dispatch` (what an event means)
-//! and `health` (the check that each directory is still the one at its path).
+//!   `watch`/`unwatch` calls) and `table` (held briefly). The event handler runs on
+//!   notify's thread and takes only `table`: `watch`/`unwatch` wait for that thread.
+//! - A store subscribes through a [`Subscriber`] and is woken through a [`Signal`]; what it
+//!   does then is the watch loop's business (`super::watch`).
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
-use notify::{Event, RecursiveMode};
-use tokio::sync::Semaphore;
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+use notify::{Event, EventKind, RecursiveMode, Watcher};
+use tokio::sync::{Notify, Semaphore};
 
 use super::chain::Entry;
 use crate::sync::lock;
 
-mod dispatch;
-mod health;
-mod signal;
-mod table;
-
-use dispatch::dispatch;
-pub(super) use signal::Signal;
-pub(super) use table::READS_PER_DIR;
-use table::{Dir, Table, identity, lost_reason};
-
-/// How often each watched directory is checked to be still the one at its path. An
-/// unmount (notify does not report `IN_UNMOUNT`) or a renamed ancestor sends no event, yet
-/// leaves the watch on an inode that is no longer at the path.
+/// How often each watched directory is checked to be still the one at its path.
 pub(super) const VERIFY_EVERY: Duration = Duration::from_secs(5);
 
-/// What the registry needs from a watcher; implemented by every `notify` watcher.
-pub(crate) trait DirWatcher: Send {
-    fn watch(&mut self, dir: &Path) -> notify::Result<()>;
-    fn unwatch(&mut self, dir: &Path) -> notify::Result<()>;
-}
-
-impl<W: notify::Watcher + Send> DirWatcher for W {
-    fn watch(&mut self, dir: &Path) -> notify::Result<()> {
-        notify::Watcher::watch(self, dir, RecursiveMode::NonRecursive)
-    }
-    fn unwatch(&mut self, dir: &Path) -> notify::Result<()> {
-        notify::Watcher::unwatch(self, dir)
-    }
-}
+/// How many reads woken by a directory's events run at once: enough to keep a few cores
+/// busy when an event wakes every store of a crowded directory, without a blocking thread
+/// per store.
+pub(crate) const READS_PER_DIR: usize = 4;
 
 /// The callback a watcher calls, on its own thread, for each event.
 pub(crate) type Handler = Box<dyn FnMut(notify::Result<Event>) + Send>;
 
 /// Creates a watcher that calls the handler (injectable for tests).
-pub(crate) type Factory = dyn Fn(Handler) -> notify::Result<Box<dyn DirWatcher>> + Send + Sync;
+pub(crate) type Factory = dyn Fn(Handler) -> notify::Result<Box<dyn Watcher + Send>> + Send + Sync;
 
-/// The registry every store uses: the crate's one piece of process-wide state, forced by a
-/// system limit. Each `notify` watcher is an inotify instance, and inotify allows 128
-/// instances per user by default (`fs.inotify.max_user_instances`), shared by every process
-/// and container of that user on the node: one watcher per store would fail at the 129th
-/// store of a process (the `scale` example loads 10,000), and starve the node's other
-/// workloads long before. One watcher per process, with one watch per directory however
-/// many stores watch it, holds one instance. It exists only while a store watches a file.
+/// The registry every store uses, and the crate's one piece of process-wide state: each
+/// `notify` watcher is an inotify instance, and inotify allows 128 per user by default
+/// (`fs.inotify.max_user_instances`), shared by every process and container of that user.
+/// One watcher per store would fail at the 129th store (the `scale` example loads 10,000).
 pub(super) static GLOBAL: LazyLock<Arc<Registry>> =
     LazyLock::new(|| Registry::new(VERIFY_EVERY, notify_factory()));
 
 /// Creates the platform's `notify` watcher (inotify on Linux).
 pub(crate) fn notify_factory() -> Box<Factory> {
-    Box::new(|handler| {
-        let watcher = <notify::RecommendedWatcher as notify::Watcher>::new(
-            handler,
-            notify::Config::default(),
-        )?;
-        Ok(Box::new(watcher) as Box<dyn DirWatcher>)
-    })
+    Box::new(|handler| Ok(Box::new(notify::recommended_watcher(handler)?)))
 }
-
-struct Control {
-    watcher: Option<Box<dyn DirWatcher>>,
-    /// Checks the watched directories while the watcher exists.
-    health: Option<health::Health>,
-    /// Numbers watcher instances, so that a dropped watcher's late events are told apart.
-    instance: u64,
-}
-
-/// What `release_if_idle` took out, for the caller to drop after releasing the lock.
-type Released = Option<(Box<dyn DirWatcher>, Option<health::Health>)>;
 
 /// Directories, their subscribers, and the one watcher that serves them.
 pub(crate) struct Registry {
     factory: Box<Factory>,
+    verify_every: Duration,
     control: Mutex<Control>,
     table: Arc<Mutex<Table>>,
     next_id: AtomicU64,
-    /// Subscribers alive.
-    live: AtomicUsize,
-    verify_every: Duration,
 }
 
-/// Counts for tests.
-#[cfg(test)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stats {
-    /// Directories the watcher holds a watch for.
-    pub(crate) directories: usize,
-    /// Stores subscribed (each to the names of its chain).
-    pub(crate) subscribers: usize,
-    /// Whether a watcher (an inotify instance and its thread) exists.
-    pub(crate) watcher: bool,
+#[derive(Default)]
+struct Control {
+    /// The watcher, and the health check's stop: its thread ends when this is dropped.
+    watcher: Option<(Box<dyn Watcher + Send>, mpsc::Sender<()>)>,
+    /// Numbers watchers, so that a dropped one's late events are told apart.
+    instance: u64,
+}
+
+#[derive(Default)]
+struct Table {
+    dirs: HashMap<PathBuf, Dir>,
+    /// The tracker of the last rename's "to" event, which its "both" event repeats.
+    last_rename: Option<usize>,
+}
+
+/// Device and inode (elsewhere, the creation time): what tells a directory from another
+/// made at the same path.
+type FileId = (u64, u64);
+
+/// One subscribed directory.
+struct Dir {
+    /// Subscribers by the file name they watch, then by id.
+    names: HashMap<OsString, HashMap<u64, Arc<Signal>>>,
+    /// The watcher holds a watch for it (maybe a stale one, after a rename).
+    watched: bool,
+    /// While its events flow: the watcher instance, and the directory's id when armed.
+    armed: Option<(u64, FileId)>,
+    /// Counts arms, so that a subscriber can tell it may have missed events.
+    epoch: u64,
+    /// The failure last logged: each is logged once.
+    failure: Option<String>,
+    reads: Arc<Semaphore>,
+}
+
+impl Dir {
+    fn new() -> Self {
+        Self {
+            names: HashMap::new(),
+            watched: false,
+            armed: None,
+            epoch: 0,
+            failure: None,
+            reads: Arc::new(Semaphore::new(READS_PER_DIR)),
+        }
+    }
+
+    fn wake_all(&self) {
+        self.names
+            .values()
+            .flat_map(HashMap::values)
+            .for_each(|s| s.wake());
+    }
+
+    /// Marks the directory as no longer the one watched at its path, with one warning.
+    fn lose(&mut self, dir: &Path) {
+        self.armed = None;
+        tracing::warn!(
+            dir = %dir.display(),
+            "token directory disappeared; the timer still refreshes the token and the watch \
+             re-arms when it comes back"
+        );
+        self.failure = Some(lost(dir));
+    }
+}
+
+fn lost(dir: &Path) -> String {
+    format!(
+        "directory {} was removed, renamed or unmounted",
+        dir.display()
+    )
 }
 
 impl Registry {
@@ -135,224 +148,345 @@ impl Registry {
         Arc::new(Self {
             factory,
             verify_every,
-            control: Mutex::new(Control {
-                watcher: None,
-                health: None,
-                instance: 0,
-            }),
+            control: Mutex::default(),
             table: Arc::default(),
             next_id: AtomicU64::new(0),
-            live: AtomicUsize::new(0),
         })
     }
 
-    #[cfg(test)]
-    pub(crate) fn stats(&self) -> Stats {
-        let watcher = lock(&self.control).watcher.is_some();
-        Stats {
-            directories: lock(&self.table).watched,
-            subscribers: self.live.load(Ordering::Relaxed),
-            watcher,
-        }
-    }
-
-    /// The events routed so far to the subscribers of `name` in `dir`.
-    #[cfg(test)]
-    pub(crate) fn events_for(&self, dir: &Path, name: &str) -> u64 {
-        let table = lock(&self.table);
-        table
-            .dirs
-            .get(dir)
-            .and_then(|d| d.names.get(std::ffi::OsStr::new(name)))
-            .map_or(0, |subscribers| {
-                subscribers.values().map(|s| s.events()).sum()
-            })
-    }
-
-    /// Routes events for `entry` to `signal`, under subscriber `id`.
     fn register(&self, entry: &Entry, id: u64, signal: &Arc<Signal>) {
         let mut table = lock(&self.table);
         let d = table.dirs.entry(entry.dir.clone()).or_insert_with(Dir::new);
-        let fresh = d
-            .names
+        d.names
             .entry(entry.name.clone())
             .or_default()
-            .insert(id, signal.clone())
-            .is_none();
-        if fresh {
-            d.count += 1;
-        }
+            .insert(id, signal.clone());
     }
 
     /// Stops routing `entry`'s events to subscriber `id`; the directory's last entry takes
-    /// its watch with it. O(1) in the number of subscribers.
+    /// the directory's watch with it, and the last directory the watcher.
     fn unregister(&self, entry: &Entry, id: u64) {
-        {
-            let mut table = lock(&self.table);
-            let Some(d) = table.dirs.get_mut(&entry.dir) else {
-                return;
-            };
-            if let Some(subscribers) = d.names.get_mut(&entry.name)
-                && subscribers.remove(&id).is_some()
-            {
-                d.count -= 1;
+        let emptied = |table: &mut Table| {
+            let d = table.dirs.get_mut(&entry.dir)?;
+            if let Some(subscribers) = d.names.get_mut(&entry.name) {
+                subscribers.remove(&id);
                 if subscribers.is_empty() {
                     d.names.remove(&entry.name);
                 }
             }
-            if d.count > 0 {
-                return;
-            }
-        }
-        // The last one: drop the directory and its watch, under `control` (lock order).
-        let mut control = lock(&self.control);
-        let unwatch = {
-            let mut table = lock(&self.table);
-            match table.dirs.get(&entry.dir) {
-                Some(d) if d.count == 0 => table.remove(&entry.dir).is_some_and(|d| d.watched),
-                _ => false,
-            }
+            d.names.is_empty().then_some(())
         };
-        if unwatch {
-            if let Some(watcher) = control.watcher.as_mut() {
-                let _ = watcher.unwatch(&entry.dir);
-            }
+        if emptied(&mut lock(&self.table)).is_none() {
+            return;
+        }
+        // Under `control` (lock order), unless a subscriber came in between.
+        let mut control = lock(&self.control);
+        let mut table = lock(&self.table);
+        if emptied(&mut table).is_none() {
+            return;
+        }
+        let watched = table.dirs.remove(&entry.dir).is_some_and(|d| d.watched);
+        let idle = table.dirs.is_empty();
+        drop(table);
+        if let Some((watcher, _)) = control.watcher.as_mut()
+            && watched
+        {
+            let _ = watcher.unwatch(&entry.dir);
             tracing::debug!(dir = %entry.dir.display(), "stopped watching token directory");
         }
-        let released = self.release_if_idle(&mut control);
-        drop(control);
-        drop(released);
-    }
-
-    /// The semaphore that bounds the reads of `dir`'s stores (a fresh one if `dir` has no
-    /// subscriber).
-    pub(super) fn read_limit(&self, dir: &Path) -> Arc<Semaphore> {
-        lock(&self.table).dirs.get(dir).map_or_else(
-            || Arc::new(Semaphore::new(READS_PER_DIR)),
-            |d| d.reads.clone(),
-        )
-    }
-
-    /// Makes sure `dir` is watched; returns the epoch of its watch or why it is not.
-    pub(super) fn arm(&self, dir: &Path) -> Result<u64, String> {
-        let not_subscribed = || format!("{} is not subscribed", dir.display());
-        match lock(&self.table).dirs.get(dir) {
-            None => return Err(not_subscribed()),
-            Some(d) if d.armed => return Ok(d.epoch),
-            Some(_) => {}
+        if idle && control.watcher.take().is_some() {
+            tracing::debug!(instance = control.instance, "file watcher stopped");
         }
-        // Taken before the watch (and outside `control`: a directory that stops answering
+    }
+
+    /// Makes sure `dir` (subscribed by the caller) is watched: the epoch of its watch, or
+    /// why it is not watched.
+    fn arm(&self, dir: &Path) -> Result<u64, String> {
+        if let Some(d) = lock(&self.table).dirs.get(dir)
+            && d.armed.is_some()
+        {
+            return Ok(d.epoch);
+        }
+        // Taken before the watch, and outside `control` (a directory that stops answering
         // holds this thread, not the other stores' watches): if the directory is replaced
-        // in between, the next check sees a change and re-arms, rather than missing one.
-        let identity = identity(dir);
+        // in between, the next check sees it.
+        let id = identity(dir);
         let mut control = lock(&self.control);
         let (stale, failure) = match lock(&self.table).dirs.get(dir) {
-            None => return Err(not_subscribed()),
-            Some(d) if d.armed => return Ok(d.epoch),
-            Some(d) => (d.watched, d.failure.clone()),
+            Some(d) if d.armed.is_some() => return Ok(d.epoch),
+            d => (
+                d.is_some_and(|d| d.watched),
+                d.and_then(|d| d.failure.clone()),
+            ),
         };
-        if stale {
-            // A directory renamed away keeps its watch: drop it before watching the path.
-            if let Some(watcher) = control.watcher.as_mut() {
-                let _ = watcher.unwatch(dir);
-            }
-            lock(&self.table).set_watched(dir, false);
+        // A directory renamed away keeps its watch: dropped before the path is watched.
+        if let Some((watcher, _)) = control.watcher.as_mut()
+            && stale
+        {
+            let _ = watcher.unwatch(dir);
         }
-        let result = match identity {
-            Some(_) => self.watch(&mut control, dir),
+        let result = match id {
+            Some(id) => self.watch(&mut control, dir).map(|instance| (instance, id)),
             // Lost (and said so) before: the same reason, not a second warning.
             None => Err(failure
-                .filter(|f| *f == lost_reason(dir))
+                .filter(|f| *f == lost(dir))
                 .unwrap_or_else(|| format!("directory {} does not exist", dir.display()))),
         };
-        let result = result.and_then(|()| {
-            let mut table = lock(&self.table);
-            table.set_watched(dir, true);
-            let d = table.dirs.get_mut(dir).ok_or_else(not_subscribed)?;
-            d.armed = true;
-            d.epoch += 1;
-            d.instance = control.instance;
-            d.identity = identity;
-            if let Some(reason) = d.failure.take() {
-                tracing::info!(dir = %dir.display(), %reason, "token directory watch re-armed");
-            } else {
-                tracing::info!(dir = %dir.display(), "watching token directory");
+        let mut table = lock(&self.table);
+        let d = (table.dirs.get_mut(dir))
+            .ok_or_else(|| format!("{} is unsubscribed", dir.display()))?;
+        d.watched = result.is_ok();
+        match result {
+            Ok(armed) => {
+                d.armed = Some(armed);
+                d.epoch += 1;
+                match d.failure.take() {
+                    Some(reason) => {
+                        tracing::info!(dir = %dir.display(), %reason, "token directory watch re-armed");
+                    }
+                    None => tracing::info!(dir = %dir.display(), "watching token directory"),
+                }
+                Ok(d.epoch)
             }
-            Ok(d.epoch)
-        });
-        if let Err(reason) = &result {
-            if let Some(d) = lock(&self.table).dirs.get_mut(dir)
-                && d.failure.as_ref() != Some(reason)
-            {
-                tracing::warn!(
-                    dir = %dir.display(),
-                    %reason,
-                    "cannot watch the token directory; the timer still refreshes the token"
-                );
-                d.failure = Some(reason.clone());
+            Err(reason) => {
+                if d.failure.as_ref() != Some(&reason) {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        %reason,
+                        "cannot watch the token directory; the timer still refreshes the token"
+                    );
+                    d.failure = Some(reason.clone());
+                }
+                Err(reason)
             }
-            let released = self.release_if_idle(&mut control);
-            drop(control);
-            drop(released);
         }
-        result
     }
 
-    /// Adds a watch for `dir`, creating the watcher (and its health check) first if there
-    /// is none.
-    fn watch(&self, control: &mut Control, dir: &Path) -> Result<(), String> {
+    /// Watches `dir`, starting the watcher and its health check first if there is none;
+    /// returns the watcher's instance.
+    fn watch(&self, control: &mut Control, dir: &Path) -> Result<u64, String> {
         if control.watcher.is_none() {
-            let instance = control.instance + 1;
-            let table = self.table.clone();
-            let handler: Handler = Box::new(move |event| dispatch(&table, instance, event));
-            let watcher =
-                (self.factory)(handler).map_err(|e| format!("cannot start a file watcher: {e}"))?;
-            control.instance = instance;
-            control.watcher = Some(watcher);
-            control.health = health::start(Arc::downgrade(&self.table), self.verify_every);
+            let (instance, table) = (control.instance + 1, self.table.clone());
+            let watcher = (self.factory)(Box::new(move |event| dispatch(&table, instance, event)))
+                .map_err(|e| format!("cannot start a file watcher: {e}"))?;
+            let health = health(Arc::downgrade(&self.table), self.verify_every);
+            (control.instance, control.watcher) = (instance, Some((watcher, health)));
             tracing::debug!(instance, "file watcher started");
         }
-        let watcher = control.watcher.as_mut().expect("created above");
+        let (watcher, _) = control.watcher.as_mut().expect("started above");
         watcher
-            .watch(dir)
-            .map_err(|e| format!("cannot watch {}: {e}", dir.display()))
-    }
-
-    /// Takes the watcher out when no directory is watched, for the caller to drop after
-    /// releasing the lock (its thread then closes the inotify descriptor and exits).
-    fn release_if_idle(&self, control: &mut Control) -> Released {
-        if lock(&self.table).watched > 0 {
-            return None;
-        }
-        let watcher = control.watcher.take()?;
-        tracing::debug!(instance = control.instance, "file watcher stopped");
-        Some((watcher, control.health.take()))
+            .watch(dir, RecursiveMode::NonRecursive)
+            .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        Ok(control.instance)
     }
 }
 
-/// A store's interest in the names of its chain; unsubscribes from all when dropped.
+/// What an event means, on notify's thread. A name in a watched directory wakes that
+/// name's subscribers; the directory itself (removed or renamed away: lost) every
+/// subscriber of it. An overflow, or an error naming no watched directory, wakes everyone:
+/// events may have been lost.
+fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Result<Event>) {
+    let table = &mut *lock(table);
+    let mut routed = false;
+    match event {
+        Ok(event) if event.need_rescan() => {
+            tracing::debug!("file watcher overflow; re-reading every watched token");
+        }
+        Ok(event) => {
+            // Opening or reading a file (our own reads included) cannot change it; a writer
+            // closing it can.
+            let read = matches!(
+                event.kind,
+                EventKind::Access(a) if a != AccessKind::Close(AccessMode::Write)
+            );
+            if read || repeated_rename(table, &event) {
+                return;
+            }
+            let gone = matches!(
+                event.kind,
+                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(RenameMode::From))
+            );
+            for path in &event.paths {
+                if let Some(d) = table.dirs.get_mut(path) {
+                    if gone && d.armed.is_some_and(|(i, _)| i == instance) {
+                        d.lose(path);
+                    }
+                    d.wake_all();
+                }
+                if let (Some(dir), Some(name)) = (path.parent(), path.file_name())
+                    && let Some(subscribers) = table.dirs.get(dir).and_then(|d| d.names.get(name))
+                {
+                    subscribers.values().for_each(|s| s.wake());
+                }
+            }
+            routed = !event.paths.is_empty();
+        }
+        Err(error) => {
+            tracing::debug!(%error, "file watcher error; re-reading the tokens it concerns");
+            let dirs = error
+                .paths
+                .iter()
+                .flat_map(|p| [Some(p.as_path()), p.parent()]);
+            for d in dirs.flatten().filter_map(|dir| table.dirs.get(dir)) {
+                d.wake_all();
+                routed = true;
+            }
+        }
+    }
+    if !routed {
+        table.dirs.values().for_each(Dir::wake_all);
+    }
+}
+
+/// Whether `event` is the "both" event of a rename whose "to" came just before it
+/// (notify's inotify backend sends both): it would only cost each woken store a second read.
+fn repeated_rename(table: &mut Table, event: &Event) -> bool {
+    match event.kind {
+        EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
+            table.last_rename = event.tracker();
+            false
+        }
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both))
+            if event.tracker().is_some() && table.last_rename == event.tracker() =>
+        {
+            table.last_rename = None;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Checks every `every`, on a thread of its own, that each armed directory is still the
+/// one at its path: an unmount (notify does not report `IN_UNMOUNT`) or a renamed ancestor
+/// sends no event. Ends when the returned sender is dropped. Without a thread, a directory
+/// lost without an event waits for the timer.
+fn health(table: Weak<Mutex<Table>>, every: Duration) -> mpsc::Sender<()> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("token-dir-check".into())
+        .spawn(move || {
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                let Some(table) = table.upgrade() else { return };
+                check(&table);
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(
+            %error,
+            "cannot start the token directory check; a directory unmounted or renamed \
+             without an event is noticed by the timer only"
+        );
+    }
+    stop
+}
+
+/// Marks lost, and wakes the subscribers of, each armed directory that is no longer the
+/// one that was armed. The `stat`s run outside the lock.
+fn check(table: &Mutex<Table>) {
+    let armed: Vec<(PathBuf, u64, FileId)> = lock(table)
+        .dirs
+        .iter()
+        .filter_map(|(dir, d)| Some((dir.clone(), d.epoch, d.armed?.1)))
+        .collect();
+    for (dir, epoch, id) in armed {
+        if identity(&dir) != Some(id)
+            && let Some(d) = lock(table).dirs.get_mut(&dir)
+            && d.armed.is_some()
+            && d.epoch == epoch
+        {
+            d.lose(&dir);
+            d.wake_all();
+        }
+    }
+}
+
+/// The id of the directory at `dir`, if there is one.
+fn identity(dir: &Path) -> Option<FileId> {
+    let meta = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
+    #[cfg(unix)]
+    let id = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    };
+    // std has no stable file id elsewhere. A directory made again within seconds may get
+    // its old creation time back (NTFS name tunnelling): then only the timer notices.
+    #[cfg(not(unix))]
+    let id = (meta.created().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or((0, 0), |d| {
+            (0, u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        });
+    Some(id)
+}
+
+/// A coalescing wake-up ([`Notify`]) with a count of the events behind it.
+///
+/// A rotation is a burst of events for the names of one chain (a truncate, then a write
+/// and its close; the kubelet's swap of `..data`, then the removal of the old directory).
+/// The first wakes the subscriber; the others usually arrive before its read has started,
+/// which answers them too: [`settle`](Self::settle) then drops the wake-up they left, so
+/// that the burst costs one read, not two.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    notify: Notify,
+    events: AtomicU64,
+}
+
+impl Signal {
+    /// Counts an event and wakes the subscriber (or leaves it a wake-up).
+    pub(crate) fn wake(&self) {
+        self.events.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The events counted so far: taken just before a read starts.
+    pub(crate) fn events(&self) -> u64 {
+        self.events.load(Ordering::SeqCst)
+    }
+
+    /// After a read that started once `seen` events had come: if none came since, drops
+    /// the wake-up those events left, as the read answered them.
+    pub(crate) fn settle(&self, seen: u64) {
+        let mut notified = pin!(self.notify.notified());
+        let taken = (notified.as_mut())
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready();
+        // An event counted before the take may have left the wake-up taken: it goes back.
+        if taken && self.events() != seen {
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// A store's interest in the names of its chains; unsubscribes from all when dropped.
 pub(crate) struct Subscriber {
     registry: Arc<Registry>,
     id: u64,
     pub(crate) signal: Arc<Signal>,
     entries: Vec<Entry>,
+    /// The read limit of the directory of the first entry, the path as given.
+    pub(crate) reads: Arc<Semaphore>,
 }
 
 impl Subscriber {
-    /// A subscriber woken through `signal`, subscribed to nothing yet.
-    pub(crate) fn new(registry: &Arc<Registry>, signal: Signal) -> Self {
-        registry.live.fetch_add(1, Ordering::Relaxed);
+    /// A subscriber to nothing yet.
+    pub(crate) fn new(registry: &Arc<Registry>) -> Self {
         Self {
             registry: registry.clone(),
             id: registry.next_id.fetch_add(1, Ordering::Relaxed),
-            signal: Arc::new(signal),
+            signal: Arc::default(),
             entries: Vec::new(),
+            reads: Arc::new(Semaphore::new(READS_PER_DIR)),
         }
     }
 
-    /// Watches exactly `entries` (new ones are added before old ones go, so that a
-    /// directory that stays is not unwatched in between), and returns the state of each
-    /// directory: the epoch of its watch, or why it is not watched.
+    /// Watches exactly `entries` (new ones added before old ones go, so that a directory
+    /// that stays is not unwatched in between), and returns the state of each directory:
+    /// the epoch of its watch, or why it is not watched.
     pub(crate) fn watch(&mut self, entries: Vec<Entry>) -> Vec<(PathBuf, Result<u64, String>)> {
         if entries != self.entries {
             for entry in entries.iter().filter(|e| !self.entries.contains(e)) {
@@ -362,6 +496,10 @@ impl Subscriber {
                 self.registry.unregister(entry, self.id);
             }
             self.entries = entries;
+            let table = lock(&self.registry.table);
+            if let Some(d) = self.entries.first().and_then(|e| table.dirs.get(&e.dir)) {
+                self.reads = d.reads.clone();
+            }
         }
         let mut states: Vec<(PathBuf, Result<u64, String>)> = Vec::new();
         for entry in &self.entries {
@@ -375,17 +513,11 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     /// Unsubscribes on the blocking pool when dropped in a runtime: the last subscriber of
-    /// a directory unwatches it, under the lock that a watch of a directory that stops
-    /// answering may hold.
+    /// a directory unwatches it, under the lock a watch of a hung directory may hold.
     fn drop(&mut self) {
         let (registry, id) = (self.registry.clone(), self.id);
         let entries = std::mem::take(&mut self.entries);
-        let unsubscribe = move || {
-            for entry in &entries {
-                registry.unregister(entry, id);
-            }
-            registry.live.fetch_sub(1, Ordering::Relaxed);
-        };
+        let unsubscribe = move || entries.iter().for_each(|e| registry.unregister(e, id));
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn_blocking(unsubscribe)),
             Err(_) => unsubscribe(),
@@ -394,4 +526,4 @@ impl Drop for Subscriber {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -64,7 +64,8 @@ pub(crate) async fn run<C: Credential>(
     clock: Clock,
 ) {
     let period = period.map(|p| p.max(MIN_PERIOD));
-    let Some((mut rotations, key)) = store.upgrade().map(|s| (s.subscribe(), s.jitter_key()))
+    let Some((mut rotations, key, due)) =
+        (store.upgrade()).map(|s| (s.subscribe(), s.jitter_key(), due_at_once(&*s.current())))
     else {
         return;
     };
@@ -81,32 +82,22 @@ pub(crate) async fn run<C: Credential>(
     // wall clock and tokio's clock are not the same clock) must not serve one twice.
     let mut served: Option<SystemTime> = None;
     // The backoff after a failed read (or a token due at once), before `retry_wait`.
-    let mut retry = match store.upgrade() {
-        Some(s) if due_at_once(&*s.current()) => Some(FIRST_RETRY),
-        _ => None,
-    };
+    let mut retry = due.then_some(FIRST_RETRY);
     let mut next_tick = retry
         .or_else(&mut periodic)
         .map(|wait| Instant::now() + wait);
     loop {
-        let (wake, moment) = {
-            let Some(current) = store.upgrade().map(|s| s.current()) else {
-                return;
-            };
-            let (now, now_instant) = (clock.now(), Instant::now());
-            let until_tick = next_tick.map(|t| t.saturating_duration_since(now_instant));
-            let after = served.map_or(now, |s| s.max(now));
-            match next_moment(&*current, after) {
-                Some(at)
-                    if until_tick
-                        .is_none_or(|until| at.duration_since(now).unwrap_or_default() < until) =>
-                {
-                    let wait = at.duration_since(now).unwrap_or_default();
-                    (Some(now_instant + wait), Some(at))
-                }
-                _ => (next_tick, None),
-            }
+        let Some(current) = store.upgrade().map(|s| s.current()) else {
+            return;
         };
+        let (now, now_instant) = (clock.now(), Instant::now());
+        // The token's next moment, when it comes before the next periodic read.
+        let moment = next_moment(&*current, served.map_or(now, |s| s.max(now)))
+            .map(|at| (at, now_instant + at.duration_since(now).unwrap_or_default()))
+            .filter(|&(_, wake)| next_tick.is_none_or(|tick| wake < tick));
+        let wake = moment.map(|(_, wake)| wake).or(next_tick);
+        // Not held across the wait: the old token is not kept past a rotation.
+        drop(current);
         let sleep = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -116,14 +107,9 @@ pub(crate) async fn run<C: Credential>(
         };
         tokio::select! {
             () = sleep => {}
-            changed = rotations.changed() => {
-                if changed.is_err() {
-                    return; // the store is gone
-                }
-                // Another trigger (the watcher, a 401, a call) installed a new token:
-                // its moments replace the old token's, without a read now.
-                continue;
-            }
+            // Another trigger (the watcher, a 401, a call) installed a new token: its moments
+            // replace the old token's, without a read now. (Or the store is gone: seen above.)
+            _ = rotations.changed() => continue,
         }
         // Failures are reported by the store; the next attempt comes sooner than a period.
         let outcome = store
@@ -138,8 +124,8 @@ pub(crate) async fn run<C: Credential>(
             Some(_) => Some(retry.map_or(FIRST_RETRY, |r| r * 2).min(cap)),
         };
         rotations.borrow_and_update();
-        if moment.is_some() {
-            served = moment;
+        if let Some((at, _)) = moment {
+            served = Some(at);
         }
         // A read just happened: the next periodic one is a full period away (or the retry
         // delay). After a suspended process wakes up this is one re-read, not a burst.

@@ -1,6 +1,8 @@
 use super::*;
-use crate::refresh::registry::{Factory, Stats, VERIFY_EVERY, notify_factory};
+use crate::refresh::registry::tests::Stats;
+use crate::refresh::registry::{Factory, VERIFY_EVERY, notify_factory};
 use crate::store::TokenStore;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(super) use crate::test_support::{eventually, wait_for_token};
@@ -24,6 +26,15 @@ fn counting_factory(fail: Arc<AtomicBool>, calls: Calls) -> Box<Factory> {
             real(handler)
         }
     })
+}
+
+/// [`watch`] of one path.
+async fn watch_with<C: Credential>(
+    registry: &Arc<Registry>,
+    store: WeakStore<C>,
+    path: &Path,
+) -> impl Future<Output = ()> + Send + use<C> {
+    watch(registry, store, &[path.to_owned()]).await
 }
 
 async fn store_with(registry: &Arc<Registry>, path: &Path, timer: Option<Duration>) -> TokenStore {
