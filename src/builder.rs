@@ -78,7 +78,7 @@ pub struct StoreBuilder<S = TokenStore> {
 impl<S> fmt::Debug for StoreBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreBuilder")
-            .field("credential", &self.kind)
+            .field("credential", &self.kind.name)
             .field("source", &self.origin)
             .field("refresh_interval", &self.period())
             .field("watch", &self.watch_paths())
@@ -124,7 +124,7 @@ impl<S> StoreBuilder<S> {
             }),
             refresh_interval: None,
             watch: true,
-            max_size: C::KIND.default_max_size(),
+            max_size: C::KIND.max_size,
             unauthorized_interval: Duration::from_secs(1),
             fetch_timeout: None,
             name: None,

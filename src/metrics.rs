@@ -61,7 +61,7 @@ use std::time::SystemTime;
 use ::metrics::{counter, describe_counter, describe_gauge, gauge};
 
 use crate::source::Trigger;
-use crate::store::{Credential, Kind, LoadError, Reloaded, RetryOutcome, WatchState};
+use crate::store::{Credential, LoadError, Reloaded, RetryOutcome, WatchState};
 
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
@@ -288,11 +288,11 @@ impl Telemetry {
         self::token(
             &self.source,
             &TokenGauges {
-                dates: match C::KIND {
-                    Kind::Token => TOKEN_DATES,
-                    Kind::ClientCertificate => CERTIFICATE_DATES,
-                    Kind::CaBundle => BUNDLE_DATES,
-                    Kind::Kubeconfig => KUBECONFIG_DATES,
+                dates: match C::KIND.metric {
+                    "client_certificate" => CERTIFICATE_DATES,
+                    "ca_bundle" => BUNDLE_DATES,
+                    "kubeconfig" => KUBECONFIG_DATES,
+                    _ => TOKEN_DATES,
                 },
                 generation: token.generation(),
                 expires_at: token.expires_at(),

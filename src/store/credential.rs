@@ -20,52 +20,42 @@ use crate::token::{Freshness, Token};
 macro_rules! event {
     ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
         match $credential {
-            $crate::store::credential::Kind::Token => tracing::$level!($($fields)* $token),
+            kind if kind == $crate::store::credential::Kind::TOKEN => {
+                tracing::$level!($($fields)* $token)
+            }
             other => tracing::$level!(credential = %other, $($fields)* $other),
         }
     };
 }
 pub(super) use event;
 
-/// What a store holds, as its logs and metrics name it, and its default size cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    /// A bearer token.
-    Token,
-    /// A client certificate and its private key.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    ClientCertificate,
-    /// The certificates of the authorities a client trusts.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    CaBundle,
-    /// A kubeconfig file's context, with the credentials inline in it.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
-    Kubeconfig,
+/// What a store holds, as its logs, `Debug` and metrics name it, and its default size cap:
+/// the core's [`TOKEN`](Kind::TOKEN); each integration names its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kind {
+    /// How logs and errors name it: `a token`, `a client certificate`.
+    pub(crate) name: &'static str,
+    /// Its store's handle, as a store's `Debug` shows it: `TokenStore`, `IdentityStore`.
+    pub(crate) handle: &'static str,
+    /// Its name in metrics: `token`, `client_certificate`.
+    pub(crate) metric: &'static str,
+    /// The default cap on what a source gives.
+    pub(crate) max_size: usize,
 }
 
 impl Kind {
-    /// The default cap on what a source gives: 64 KiB for a token; 1 MiB for a client
-    /// certificate (a chain with intermediates, and its key); 16 MiB for a CA bundle (a
-    /// system bundle is about 220 KB, a corporate one with intermediates passes 1 MB); 16
-    /// MiB for a kubeconfig (it may hold such a bundle inline, in base64).
-    pub(crate) fn default_max_size(self) -> usize {
-        match self {
-            Kind::Token => crate::token::DEFAULT_MAX_SIZE,
-            Kind::ClientCertificate => 1024 * 1024,
-            Kind::CaBundle => 16 * 1024 * 1024,
-            Kind::Kubeconfig => 16 * 1024 * 1024,
-        }
-    }
+    /// A bearer token: up to 64 KiB.
+    pub(crate) const TOKEN: Kind = Kind {
+        name: "a token",
+        handle: "TokenStore",
+        metric: "token",
+        max_size: crate::token::DEFAULT_MAX_SIZE,
+    };
 }
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Kind::Token => "a token",
-            Kind::ClientCertificate => "a client certificate",
-            Kind::CaBundle => "a CA bundle",
-            Kind::Kubeconfig => "a kubeconfig",
-        })
+        f.write_str(self.name)
     }
 }
 
@@ -176,7 +166,7 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
 }
 
 impl Credential for Token {
-    const KIND: Kind = Kind::Token;
+    const KIND: Kind = Kind::TOKEN;
 
     type Parser = ();
 

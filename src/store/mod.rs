@@ -175,13 +175,7 @@ impl<C: Credential> Clone for Store<C> {
 /// As its handle shows it: `TokenStore`, `IdentityStore` or `RootStore`.
 impl<C: Credential> fmt::Debug for Store<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match C::KIND {
-            Kind::Token => "TokenStore",
-            Kind::ClientCertificate => "IdentityStore",
-            Kind::CaBundle => "RootStore",
-            Kind::Kubeconfig => "KubeconfigStore",
-        };
-        f.debug_struct(name)
+        f.debug_struct(C::KIND.handle)
             .field("source", &self.shared.origin)
             .field(
                 "current",

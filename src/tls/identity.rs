@@ -39,7 +39,13 @@ impl fmt::Display for Identity {
 }
 
 impl Parse for Identity {
-    const KIND: Kind = Kind::ClientCertificate;
+    /// A chain with intermediates, and its key: up to 1 MiB.
+    const KIND: Kind = Kind {
+        name: "a client certificate",
+        handle: "IdentityStore",
+        metric: "client_certificate",
+        max_size: 1024 * 1024,
+    };
 
     fn subject(&self) -> Option<&str> {
         Some(&self.leaf().subject)

@@ -42,7 +42,14 @@ impl fmt::Display for Roots {
 }
 
 impl Parse for Roots {
-    const KIND: Kind = Kind::CaBundle;
+    /// A system bundle is about 220 KB, a corporate one with intermediates passes 1 MB: up
+    /// to 16 MiB.
+    const KIND: Kind = Kind {
+        name: "a CA bundle",
+        handle: "RootStore",
+        metric: "ca_bundle",
+        max_size: 16 * 1024 * 1024,
+    };
 
     fn subject(&self) -> Option<&str> {
         None

@@ -167,7 +167,13 @@ impl fmt::Display for Snapshot {
 }
 
 impl Credential for Snapshot {
-    const KIND: Kind = Kind::Kubeconfig;
+    /// It may hold a CA bundle inline, in base64: up to 16 MiB.
+    const KIND: Kind = Kind {
+        name: "a kubeconfig",
+        handle: "KubeconfigStore",
+        metric: "kubeconfig",
+        max_size: 16 * 1024 * 1024,
+    };
 
     type Parser = super::KubeconfigParser;
 
