@@ -92,13 +92,6 @@ macro_rules! clone_body {
 
 clone_body!(String, Bytes, Vec<u8>, (), Full<Bytes>, Empty<Bytes>);
 
-#[cfg(feature = "kube")]
-impl TryCloneBody for kube::client::Body {
-    fn try_clone_body(&self) -> Option<Self> {
-        self.try_clone()
-    }
-}
-
 /// The default limit of a [`ReplayBody`]: 64 KiB.
 const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 

@@ -316,6 +316,13 @@ fn auth_in_use(auth: &AuthInfo) -> AuthInUse<'_> {
     AuthInUse::None
 }
 
+/// kube's own body, buffered ones copied for a resend.
+impl crate::body::TryCloneBody for ::kube::client::Body {
+    fn try_clone_body(&self) -> Option<Self> {
+        self.try_clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
