@@ -24,7 +24,9 @@ use crate::tls::RootStore;
 /// - **Refresh**: the answer's `expires_in` becomes the token's expiry, and the store's
 ///   timer fetches a new token before it, by the store's margin (a tenth of the lifetime,
 ///   at least a minute, never before half of it) less a jitter. A token without
-///   `expires_in` is kept until a server refuses it.
+///   `expires_in` is kept until a server refuses it. An `expires_in` over 2^32 seconds
+///   (136 years) is a bad answer ([`Error::Response`](super::Error::Response)), as is
+///   any other the store could not add to the clock: the last good token stays.
 /// - **401**: with [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) a token
 ///   that a resource server refuses (revoked, or expired early) is replaced by a new
 ///   request at once, once for a burst of refusals, and the refused request is sent again.

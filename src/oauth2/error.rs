@@ -78,7 +78,9 @@ pub enum Error {
         /// The HTTP status.
         status: StatusCode,
     },
-    /// A successful answer that is not a usable token response.
+    /// A successful answer that is not a usable token response: no `access_token`, no
+    /// `token_type`, or an `expires_in` that is not a number of seconds, is over 2^32
+    /// seconds, or ends past what the system clock holds.
     #[error("the token endpoint's answer {problem}")]
     Response {
         /// What is wrong with it.

@@ -55,8 +55,8 @@ impl Part {
         }
         let snapshot = self.file.current();
         let bytes: Option<&[u8]> = match self.which {
-            Which::Token => snapshot.token.as_ref().map(|s| &*s.0),
-            Which::Identity => snapshot.identity.as_ref().map(|s| &*s.0),
+            Which::Token => snapshot.token.as_ref().map(|s| s.0.as_slice()),
+            Which::Identity => snapshot.identity.as_ref().map(|s| s.0.as_slice()),
             Which::Roots => snapshot.roots.as_deref(),
         };
         // The shape holds which credentials are inline: a part is never missing.

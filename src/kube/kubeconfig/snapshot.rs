@@ -9,6 +9,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
 
 use super::read::{Problem, Selected};
 use crate::kube::{AuthInUse, auth_in_use};
@@ -16,9 +17,10 @@ use crate::source::Fetched;
 use crate::store::{Credential, Kind, LoadError, Stamp};
 use crate::token::Token;
 
-/// Bytes that must never be shown: a token, a private key.
+/// Bytes that must never be shown: a token, a private key. Wiped when the last snapshot
+/// that holds them is dropped.
 #[derive(Clone)]
-pub(super) struct Secret(pub(super) Arc<[u8]>);
+pub(super) struct Secret(pub(super) Arc<Zeroizing<Vec<u8>>>);
 
 /// Which of a context's credentials come from the file itself, each a store of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -247,29 +249,33 @@ pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot,
                 user: user_name(),
                 source,
             })?;
-            Some(Secret(bytes.into()))
+            Some(Secret(Arc::new(Zeroizing::new(bytes.to_vec()))))
         }
         _ => None,
     };
     let identity = match (&user.client_certificate_data, &user.client_key_data) {
         (Some(cert), Some(key)) if shape.inline.identity => {
-            let mut pem = decode(
+            let cert = decode(
                 cert,
                 "client-certificate-data",
                 format!("user {}", user_name()),
             )?;
-            pem.push(b'\n');
-            pem.extend(decode(
+            let key = Zeroizing::new(decode(
                 key.expose_secret(),
                 "client-key-data",
                 format!("user {}", user_name()),
             )?);
+            // Sized at once: a Vec's growth would free a copy of the key unwiped.
+            let mut pem = Zeroizing::new(Vec::with_capacity(cert.len() + 1 + key.len()));
+            pem.extend_from_slice(&cert);
+            pem.push(b'\n');
+            pem.extend_from_slice(&key);
             #[cfg(feature = "tls")]
             crate::tls::check_identity(&pem, now).map_err(|source| Problem::Identity {
                 user: user_name(),
                 source,
             })?;
-            Some(Secret(pem.into()))
+            Some(Secret(Arc::new(pem)))
         }
         _ => None,
     };
@@ -293,8 +299,8 @@ pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot,
     let _ = now;
     let mut hash = Sha256::new();
     for part in [
-        token.as_ref().map(|s| &*s.0),
-        identity.as_ref().map(|s| &*s.0),
+        token.as_ref().map(|s| s.0.as_slice()),
+        identity.as_ref().map(|s| s.0.as_slice()),
         roots.as_deref(),
     ] {
         let part = part.unwrap_or_default();
