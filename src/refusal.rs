@@ -147,20 +147,18 @@ thread_local! {
 
 impl Carried {
     /// Runs `call` (the inner service's `call`) with `self` handed down to a transport
-    /// called within it; gives `self` back unless a transport took it.
-    pub(crate) fn hand_down<R>(self, call: impl FnOnce() -> R) -> (R, Option<Carried>) {
+    /// called within it.
+    pub(crate) fn hand_down<R>(self, call: impl FnOnce() -> R) -> R {
         /// Puts back what was handed down before (a retry layer over another), also when
-        /// `call` panics.
+        /// `call` panics, and drops what no transport took.
         struct Restore(Option<Carried>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 drop(HANDED_DOWN.replace(self.0.take()));
             }
         }
-        let mut restore = Restore(HANDED_DOWN.replace(Some(self)));
-        let out = call();
-        let left = HANDED_DOWN.replace(restore.0.take());
-        (out, left)
+        let _restore = Restore(HANDED_DOWN.replace(Some(self)));
+        call()
     }
 
     /// The token handed down by the retry layer whose call this runs within, if any.

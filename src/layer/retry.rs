@@ -44,26 +44,17 @@ where
         // The token goes down with the call: an HTTPS transport below that handles the
         // refusal itself reloads it with its own certificate, and sends the request again
         // once with both.
-        let (fut, sent) = match (sent, &replay) {
+        let fut = match (sent, &replay) {
             (Some(sent), Some(_)) => {
-                let carried = Carried {
-                    store: self.auth.store.clone(),
-                    sent,
-                };
+                let store = self.auth.store.clone();
                 let inner = &mut self.inner;
-                let (fut, left) = carried.hand_down(|| inner.call(req));
-                // The store handed down, back unless a transport took it.
-                let store = left.map_or_else(|| self.auth.store.clone(), |c| c.store);
-                (fut, Some((store, sent)))
+                Carried { store, sent }.hand_down(|| inner.call(req))
             }
-            (sent, _) => {
-                let fut = self.inner.call(req);
-                (fut, sent.map(|sent| (self.auth.store.clone(), sent)))
-            }
+            _ => self.inner.call(req),
         };
         RetryFuture {
             state: State::First { fut },
-            sent,
+            sent: sent.map(|generation| (self.auth.store.clone(), generation)),
             classifier: self.classifier.clone(),
             replay,
             retry_svc,
