@@ -9,8 +9,8 @@
 //! or unreadable file) never replaces the last good token. A request that still meets a
 //! 401 reloads the token at once for the requests that follow and, with
 //! [`retry_unauthorized`](BearerLayer::retry_unauthorized), is itself sent once more with
-//! the new token. The request path costs one atomic load and the clone of a prebuilt,
-//! sensitive header value.
+//! the new token. The request path costs one atomic load, the clone of a prebuilt,
+//! sensitive header value, and a reference to the store for the response.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {

@@ -2,8 +2,9 @@
 //! [`TokenStore`], and reloads the token when a server refuses it.
 //!
 //! The service keeps the current token's prebuilt header value; each request costs one
-//! atomic load (is the cached token still current?) and the clone of a `HeaderValue`, the
-//! same clone tower-http's static `AddAuthorization` makes. On the way back, one status
+//! atomic load (is the cached token still current?), the clone of a `HeaderValue` (the
+//! same clone tower-http's static `AddAuthorization` makes) and a reference to the store,
+//! which the response future holds for a refusal. On the way back, one status
 //! comparison: a response that says the token was not accepted (HTTP 401 by default, see
 //! [`classify`](crate::classify)) to a request that carried the store's token starts a
 //! reload at once, for the requests that follow. With
