@@ -60,9 +60,6 @@ use std::time::SystemTime;
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge};
 
-use crate::source::Trigger;
-use crate::store::{Credential, LoadError, Reloaded, RetryOutcome, WatchState};
-
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
 const RETRIES: &str = "bearer_reload_retries_total";
@@ -202,8 +199,9 @@ pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
 
 /// The gauges that follow the token in use.
 pub(crate) struct TokenGauges {
-    /// The gauges of its dates, named for what the store holds.
-    pub(crate) dates: Dates,
+    /// What the store holds, by its metric name (`token`, `client_certificate`, ...): the
+    /// gauges of its dates are named for it.
+    pub(crate) kind: &'static str,
     pub(crate) generation: u64,
     pub(crate) expires_at: Option<SystemTime>,
     pub(crate) issued_at: SystemTime,
@@ -220,88 +218,22 @@ fn timestamp(at: SystemTime) -> f64 {
 }
 
 pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
+    let dates = match g.kind {
+        "client_certificate" => CERTIFICATE_DATES,
+        "ca_bundle" => BUNDLE_DATES,
+        "kubeconfig" => KUBECONFIG_DATES,
+        _ => TOKEN_DATES,
+    };
     let label = || source.clone();
     // Precision loss past 2^53 generations is of no concern.
     #[allow(clippy::cast_precision_loss)]
     gauge!(GENERATION, "source" => label()).set(g.generation as f64);
     if let Some(expires_at) = g.expires_at {
-        gauge!(g.dates.expiry, "source" => label()).set(timestamp(expires_at));
+        gauge!(dates.expiry, "source" => label()).set(timestamp(expires_at));
     }
-    gauge!(g.dates.issued, "source" => label()).set(timestamp(g.issued_at));
+    gauge!(dates.issued, "source" => label()).set(timestamp(g.issued_at));
     gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
     gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
-}
-
-/// One store's metrics: every series carries its `source` label.
-pub(crate) struct Telemetry {
-    source: Arc<str>,
-}
-
-impl Telemetry {
-    pub(crate) fn new(source: Arc<str>) -> Self {
-        describe();
-        Self { source }
-    }
-
-    pub(crate) fn reload(&self, trigger: Trigger, result: &Result<Reloaded, LoadError>) {
-        reload(
-            &self.source,
-            trigger.as_str(),
-            match result {
-                Ok(Reloaded::Rotated) => "rotated",
-                Ok(Reloaded::Unchanged) => "unchanged",
-                Err(_) => "failed",
-            },
-        );
-    }
-
-    pub(crate) fn unauthorized(&self) {
-        unauthorized(&self.source);
-    }
-
-    pub(crate) fn retry(&self, outcome: RetryOutcome) {
-        match outcome {
-            RetryOutcome::Sent => {}
-            RetryOutcome::Succeeded => retry(&self.source, "succeeded"),
-            RetryOutcome::Refused => retry(&self.source, "refused"),
-        }
-    }
-
-    pub(crate) fn kept_authorization(&self) {
-        kept_authorization(&self.source);
-    }
-
-    pub(crate) fn watch_state(&self, state: &WatchState) {
-        watch_state(
-            &self.source,
-            match state {
-                WatchState::Active => "active",
-                WatchState::Degraded { .. } => "degraded",
-                WatchState::Off => "off",
-                WatchState::Stopped { .. } => "stopped",
-            },
-        );
-    }
-
-    /// The gauges of the token in use.
-    pub(crate) fn token<C: Credential>(&self, token: &C, stalled: bool) {
-        self::token(
-            &self.source,
-            &TokenGauges {
-                dates: match C::KIND.metric {
-                    "client_certificate" => CERTIFICATE_DATES,
-                    "ca_bundle" => BUNDLE_DATES,
-                    "kubeconfig" => KUBECONFIG_DATES,
-                    _ => TOKEN_DATES,
-                },
-                generation: token.generation(),
-                expires_at: token.expires_at(),
-                issued_at: token.issued_at().unwrap_or(token.loaded_at()),
-                changed_at: token.loaded_at(),
-                stalled,
-            },
-        );
-    }
 }
 
 #[cfg(test)]

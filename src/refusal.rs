@@ -40,10 +40,11 @@
 //!
 //! A refusal is handled once, by the part closest to the wire that knows every credential
 //! the request carried: the retry layer hands its token down as it calls its inner service
-//! ([`Carried`]),
-//! an HTTPS transport below reloads it with its own client certificate and sends the
-//! request again at most once with both, and marks the answer [`Handled`] so that the
-//! layer above does not send it a third time.
+//! ([`Carried`]; reqwest's `BearerMiddleware` in reqwest-middleware's extensions), an HTTPS
+//! transport below (`HttpsClient`, `TlsChannel`, `TlsMiddleware`: `tls::stores::Refusal`)
+//! reloads it with its own client certificate and sends the request again at most once
+//! with both, and marks the answer [`Handled`] so that the layer above does not send it a
+//! third time.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -141,7 +142,8 @@ thread_local! {
     /// set only for the length of that call (empty at every other moment), so that a
     /// transport whose `call` runs within it can take it. Not a request extension: that
     /// allocates a map for every request, about 600 instructions, where this costs a
-    /// reference count (BENCHMARKS.md, "The hand-over of a refusal").
+    /// reference count (BENCHMARKS.md, "A/B"). reqwest's middlewares hand it over in
+    /// reqwest-middleware's extensions instead, which their `handle` runs on.
     static HANDED_DOWN: Cell<Option<Carried>> = const { Cell::new(None) };
 }
 

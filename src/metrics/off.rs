@@ -1,27 +1,30 @@
-//! Without feature `metrics`, a store reports nothing: the same calls, doing nothing.
+//! Without feature `metrics`, a store reports nothing: the `metrics` module's calls, doing
+//! nothing.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
-use crate::source::Trigger;
-use crate::store::{Credential, LoadError, Reloaded, RetryOutcome, WatchState};
+pub(crate) fn describe() {}
 
-/// One store's metrics: none.
-pub(crate) struct Telemetry;
+pub(crate) fn reload(_: &Arc<str>, _: &'static str, _: &'static str) {}
 
-impl Telemetry {
-    pub(crate) fn new(_source: Arc<str>) -> Self {
-        Telemetry
-    }
+pub(crate) fn unauthorized(_: &Arc<str>) {}
 
-    pub(crate) fn reload(&self, _: Trigger, _: &Result<Reloaded, LoadError>) {}
+pub(crate) fn retry(_: &Arc<str>, _: &'static str) {}
 
-    pub(crate) fn unauthorized(&self) {}
+pub(crate) fn kept_authorization(_: &Arc<str>) {}
 
-    pub(crate) fn retry(&self, _: RetryOutcome) {}
+pub(crate) fn watch_state(_: &Arc<str>, _: &'static str) {}
 
-    pub(crate) fn kept_authorization(&self) {}
-
-    pub(crate) fn watch_state(&self, _: &WatchState) {}
-
-    pub(crate) fn token<C: Credential>(&self, _: &C, _: bool) {}
+/// The gauges of a store's credential in use (read by the feature's own `token`).
+#[allow(dead_code)]
+pub(crate) struct TokenGauges {
+    pub(crate) kind: &'static str,
+    pub(crate) generation: u64,
+    pub(crate) expires_at: Option<SystemTime>,
+    pub(crate) issued_at: SystemTime,
+    pub(crate) changed_at: SystemTime,
+    pub(crate) stalled: bool,
 }
+
+pub(crate) fn token(_: &Arc<str>, _: &TokenGauges) {}

@@ -15,7 +15,7 @@
 //!
 //! Its files, by concern: `credential` (what each kind of credential says of itself),
 //! `error` ([`LoadError`]), `status` ([`Status`] and the counters), `expiry` (warnings of a
-//! stalled rotator), `install` (the credential in use and replacing
+//! stalled rotator), `telemetry` (metrics), `install` (the credential in use and replacing
 //! it), `flight` (the single flight's books), `refused` (the rate limit of refusal reads),
 //! `shared` (the state every handle shares, its reads and its restarts), `weak` (the weak
 //! handle of background work), and this file: the handles and their refusal reloads.
@@ -69,6 +69,7 @@ mod install;
 mod refused;
 mod shared;
 mod status;
+mod telemetry;
 mod weak;
 
 pub(crate) use credential::{Credential, Kind, Stamp};
@@ -81,14 +82,14 @@ pub(crate) use flight::{OnFailure, ReadsDone, Recency};
 pub(crate) use refused::Certainty;
 pub(crate) use shared::Config;
 pub(crate) use shared::Start;
-pub(crate) use status::{Reloaded, RetryOutcome};
+pub(crate) use status::RetryOutcome;
 pub(crate) use weak::WeakStore;
 
 use credential::event;
 use flight::{Ask, Ticket, fetch, wait};
 use install::{credential_of, word};
 use shared::Shared;
-use status::Counters;
+use status::{Counters, Reloaded};
 
 /// The current token of one source, shared by every request: cheap to clone, lock-free to
 /// read.

@@ -28,9 +28,9 @@ use super::flight::{Ask, Flight, OnFailure, Recency, Ticket, fetch};
 use super::install::{Current, credential_of};
 use super::refused::Refusals;
 use super::status::{Counters, WatchState};
+use super::telemetry::Telemetry;
 use super::weak::WeakStore;
 use crate::clock::Clock;
-use crate::metrics::Telemetry;
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
 
