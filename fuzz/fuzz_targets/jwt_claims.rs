@@ -7,9 +7,9 @@
 #[path = "common.rs"]
 mod common;
 
-use bearer_reload::source::Fetched;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bearer_reload::source::Fetched;
 use bearer_reload::token::Token;
 use libfuzzer_sys::fuzz_target;
 
