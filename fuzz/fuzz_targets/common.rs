@@ -74,6 +74,9 @@ pub fn run<S>(builder: StoreBuilder<S>, now: SystemTime, span: Duration, look: i
             return;
         };
         look(&store);
+        // The timer's turn, whatever the span: it works out its first moment now (a
+        // zero span alone would drop the store before the timer ever ran).
+        tokio::task::yield_now().await;
         tokio::time::sleep(span).await;
         look(&store);
     });

@@ -15,7 +15,10 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let Err(e) = fuzz_parse_credential(data) else {
         let byte = data.iter().fold(0_u8, |a, b| a.wrapping_add(*b));
-        let (now, span) = (common::now_from(byte), common::span_from(byte.rotate_left(4)));
+        let (now, span) = (
+            common::now_from(byte),
+            common::span_from(byte.rotate_left(4)),
+        );
         let owned = data.to_vec();
         let token = move |_| fuzz_parse_credential(&owned).and_then(|(token, _)| token);
         common::run_tokens(token, now, span);

@@ -7,9 +7,9 @@
 #[path = "common.rs"]
 mod common;
 
-use bearer_reload::source::Fetched;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bearer_reload::source::Fetched;
 use bearer_reload::token::Token;
 use libfuzzer_sys::fuzz_target;
 
@@ -19,8 +19,12 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let split = rest.first().map_or(0, |&b| b as usize).min(rest.len());
-    let (raw, signature) = rest.split_at(split);
+    let Some((&split, rest)) = rest.split_first() else {
+        return;
+    };
+    // After the split byte (it was the payload's first byte, which made the seeds' JSON
+    // invalid: the claims were seldom decoded).
+    let (raw, signature) = rest.split_at(usize::from(split).min(rest.len()));
     let payload = raw;
     let header = if mode & 1 == 0 {
         URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","kid":"k"}"#)

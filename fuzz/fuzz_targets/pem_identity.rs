@@ -45,16 +45,24 @@ fn shows_key(shown: &str, data: &[u8]) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     let byte = data.iter().fold(0_u8, |a, b| a.wrapping_add(*b));
-    let (now, span) = (common::now_from(byte), common::span_from(byte.rotate_left(4)));
+    let (now, span) = (
+        common::now_from(byte),
+        common::span_from(byte.rotate_left(4)),
+    );
     let loaded = std::cell::Cell::new(false);
-    common::run(IdentityStore::builder(source(data)), now, span, |identity| {
-        loaded.set(true);
-        let shown = format!("{identity:?} {:?}", identity.status());
-        assert!(
-            !shows_key(&shown, data),
-            "the identity shows its key: {shown}"
-        );
-    });
+    common::run(
+        IdentityStore::builder(source(data)),
+        now,
+        span,
+        |identity| {
+            loaded.set(true);
+            let shown = format!("{identity:?} {:?}", identity.status());
+            assert!(
+                !shows_key(&shown, data),
+                "the identity shows its key: {shown}"
+            );
+        },
+    );
     if !loaded.get() {
         // Refused (at that time): the error names no key either.
         common::runtime().block_on(async {
