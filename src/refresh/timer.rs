@@ -93,7 +93,11 @@ pub(crate) async fn run<C: Credential>(
         let (now, now_instant) = (clock.now(), Instant::now());
         // The token's next moment, when it comes before the next periodic read.
         let moment = next_moment(&*current, served.map_or(now, |s| s.max(now)))
-            .map(|at| (at, now_instant + at.duration_since(now).unwrap_or_default()))
+            // Checked: the dates are the token's word, as far off as a file says.
+            .and_then(|at| {
+                let wait = at.duration_since(now).unwrap_or_default();
+                Some((at, now_instant.checked_add(wait)?))
+            })
             .filter(|&(_, wake)| next_tick.is_none_or(|tick| wake < tick));
         let wake = moment.map(|(_, wake)| wake).or(next_tick);
         // Not held across the wait: the old token is not kept past a rotation.
