@@ -149,24 +149,30 @@ thread_local! {
 
 impl Carried {
     /// Runs `call` (the inner service's `call`) with `self` handed down to a transport
-    /// called within it.
-    pub(crate) fn hand_down<R>(self, call: impl FnOnce() -> R) -> R {
+    /// called within it, and gives `self` back (a transport takes a clone).
+    pub(crate) fn hand_down<R>(self, call: impl FnOnce() -> R) -> (R, Option<Carried>) {
         /// Puts back what was handed down before (a retry layer over another), also when
-        /// `call` panics, and drops what no transport took.
+        /// `call` panics.
         struct Restore(Option<Carried>);
         impl Drop for Restore {
             fn drop(&mut self) {
-                drop(HANDED_DOWN.replace(self.0.take()));
+                HANDED_DOWN.set(self.0.take());
             }
         }
-        let _restore = Restore(HANDED_DOWN.replace(Some(self)));
-        call()
+        let restore = Restore(HANDED_DOWN.replace(Some(self)));
+        let out = call();
+        let ours = HANDED_DOWN.take();
+        drop(restore);
+        (out, ours)
     }
 
-    /// The token handed down by the retry layer whose call this runs within, if any.
+    /// A clone of the token handed down by the retry layer whose call this runs within,
+    /// if any.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub(crate) fn take() -> Option<Carried> {
-        HANDED_DOWN.take()
+        let ours = HANDED_DOWN.take();
+        HANDED_DOWN.set(ours.clone());
+        ours
     }
 
     /// The reload of the carried token after a refusal: whether it brought a newer one.

@@ -52,7 +52,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, Request, Response};
@@ -61,16 +61,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
+use crate::refusal::Carried;
 use crate::store::{Certainty, Store, TokenStore};
 use crate::token::Token;
 
 mod retry;
 
 pub use retry::RetryFuture;
-
-/// What [`Authorizer::authorize`] returns for a request that kept its own header: no
-/// store's generation is 0.
-const KEPT: u64 = 0;
 
 /// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,10 +182,11 @@ impl Authorizer {
         }
     }
 
-    /// Sets the header unless the request has its own and it is kept. Returns the
-    /// generation of the token it set (at least 1), or [`KEPT`].
+    /// Sets the header unless the request has its own and it is kept. Returns the token
+    /// it set, or `None` for a request that kept its own header: only our own token is
+    /// ours to reload.
     #[inline]
-    fn authorize(&mut self, headers: &mut HeaderMap) -> u64 {
+    fn authorize(&mut self, headers: &mut HeaderMap) -> Option<Carried> {
         // A generation atomic rather than `arc_swap::Cache`, which measured no faster
         // (BENCHMARKS.md, "The cached-token check and `arc_swap::Cache`").
         if !self.store.is_current(&self.cached) {
@@ -202,9 +200,12 @@ impl Authorizer {
         {
             headers.insert(AUTHORIZATION, own);
             self.store.count_kept_authorization();
-            return KEPT;
+            return None;
         }
-        self.cached.generation()
+        Some(Carried {
+            store: self.store.clone(),
+            sent: self.cached.generation(),
+        })
     }
 }
 
@@ -266,7 +267,6 @@ where
         let sent = self.auth.authorize(req.headers_mut());
         ResponseFuture {
             inner: self.inner.call(req),
-            store: self.auth.store.clone(),
             sent,
             classifier: self.classifier.clone(),
         }
@@ -279,10 +279,9 @@ pin_project! {
     pub struct ResponseFuture<F, C = Http401> {
         #[pin]
         inner: F,
-        // The generation of the token the request carried, or `KEPT` for a request that
-        // kept its own `Authorization`.
-        store: Store<Token>,
-        sent: u64,
+        // The token the request carried, `None` for a request that kept its own
+        // `Authorization`; taken when the response is in.
+        sent: Option<Carried>,
         classifier: C,
     }
 }
@@ -290,7 +289,7 @@ pin_project! {
 impl<F, C: fmt::Debug> fmt::Debug for ResponseFuture<F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("sent", &(self.sent != KEPT).then_some(self.sent))
+            .field("sent", &self.sent.as_ref().map(|carried| carried.sent))
             .field("classifier", &self.classifier)
             .finish_non_exhaustive()
     }
@@ -306,17 +305,18 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let result = ready!(this.inner.poll(cx));
-        if let Ok(response) = &result
+        // The inner poll is returned as it is, so that the response is not moved again.
+        let poll = this.inner.poll(cx);
+        if let Poll::Ready(result) = &poll
+            && let Some(Carried { store, sent }) = this.sent.take()
+            && let Ok(response) = result
             && this.classifier.is_unauthorized(response)
-            && *this.sent != KEPT
         {
-            let store = this.store;
             // Starts the store's read and returns: the requests that follow get the new
             // token once it is in (see the module docs), this one gets its 401.
-            store.reload_after_refusal(*this.sent, Certainty::Certain);
+            store.reload_after_refusal(sent, Certainty::Certain);
         }
-        Poll::Ready(result)
+        poll
     }
 }
 

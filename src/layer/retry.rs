@@ -17,8 +17,7 @@ use super::{BearerService, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
 use crate::refusal::{AfterRefusal, Carried, Failure, Handled, clone_request, may_send_again};
-use crate::store::{Certainty, Store};
-use crate::token::Token;
+use crate::store::Certainty;
 
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, RetryUnauthorized>
 where
@@ -36,25 +35,24 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let sent = Some(self.auth.authorize(req.headers_mut())).filter(|&g| g != super::KEPT);
+        let sent = self.auth.authorize(req.headers_mut());
         // Only our own token is ours to refresh: a request that kept its own header is
         // passed through as it is.
-        let replay = sent.and_then(|_| clone_request(&req));
+        let replay = sent.as_ref().and_then(|_| clone_request(&req));
         let retry_svc = replay.as_ref().map(|_| self.inner.clone());
         // The token goes down with the call: an HTTPS transport below that handles the
         // refusal itself reloads it with its own certificate, and sends the request again
         // once with both.
-        let fut = match (sent, &replay) {
+        let (fut, sent) = match (sent, &replay) {
             (Some(sent), Some(_)) => {
-                let store = self.auth.store.clone();
                 let inner = &mut self.inner;
-                Carried { store, sent }.hand_down(|| inner.call(req))
+                sent.hand_down(|| inner.call(req))
             }
-            _ => self.inner.call(req),
+            (sent, _) => (self.inner.call(req), sent),
         };
         RetryFuture {
             state: State::First { fut },
-            sent: sent.map(|generation| (self.auth.store.clone(), generation)),
+            sent,
             classifier: self.classifier.clone(),
             replay,
             retry_svc,
@@ -86,7 +84,7 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, ResB>,
-        sent: Option<(Store<Token>, u64)>,
+        sent: Option<Carried>,
         classifier: C,
         replay: Option<Request<B>>,
         retry_svc: Option<S>,
@@ -96,10 +94,7 @@ pin_project! {
 impl<S: Service<Request<B>>, B, ResB, C: fmt::Debug> fmt::Debug for RetryFuture<S, B, ResB, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryFuture")
-            .field(
-                "sent",
-                &self.sent.as_ref().map(|(_, generation)| generation),
-            )
+            .field("sent", &self.sent.as_ref().map(|carried| carried.sent))
             .field("classifier", &self.classifier)
             .field("replayable", &self.replay.is_some())
             .finish_non_exhaustive()
@@ -130,15 +125,19 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::First { fut } => {
-                    let response = ready!(fut.poll(cx))?;
-                    let Some((store, sent)) = this.sent.as_ref() else {
-                        return Poll::Ready(Ok(response));
+                    // The inner poll is returned as it is where it can be, so that the
+                    // response is not moved again.
+                    let poll = fut.poll(cx);
+                    let (Some(Carried { store, sent }), Poll::Ready(Ok(response))) =
+                        (this.sent.as_ref(), &poll)
+                    else {
+                        return poll;
                     };
                     // Handled below (reloaded, and sent again if it could be): not twice.
-                    if !this.classifier.is_unauthorized(&response)
+                    if !this.classifier.is_unauthorized(response)
                         || response.extensions().get::<Handled>().is_some()
                     {
-                        return Poll::Ready(Ok(response));
+                        return poll;
                     }
                     let resend = this
                         .replay
@@ -147,8 +146,11 @@ where
                     if !resend {
                         // Not sent again: the reload starts for the requests that follow.
                         store.reload_after_refusal(*sent, Certainty::Certain);
-                        return Poll::Ready(Ok(response));
+                        return poll;
                     }
+                    let Poll::Ready(Ok(response)) = poll else {
+                        return poll;
+                    };
                     let after =
                         AfterRefusal::new(store.clone(), *sent, Certainty::Certain, response);
                     this.state.set(State::Refused { after });
@@ -165,7 +167,7 @@ where
                     let svc = this.retry_svc.as_mut().expect("a replay has a service");
                     ready!(svc.poll_ready(cx))?;
                     let mut request = this.replay.take().expect("a replay request");
-                    if let Some((store, _)) = this.sent.as_ref() {
+                    if let Some(Carried { store, .. }) = this.sent.as_ref() {
                         store.resend(request.headers_mut());
                     }
                     let fut = svc.call(request);
@@ -173,7 +175,7 @@ where
                 }
                 StateProj::Retrying { fut } => {
                     let response = ready!(fut.poll(cx))?;
-                    if let Some((store, _)) = this.sent.as_ref() {
+                    if let Some(Carried { store, .. }) = this.sent.as_ref() {
                         store.count_resent(this.classifier.is_unauthorized(&response));
                     }
                     return Poll::Ready(Ok(response));
