@@ -88,6 +88,28 @@ async fn the_header_is_sensitive_and_a_callers_own_is_kept_unless_overwritten() 
     assert_eq!(store.status().unauthorized, 0);
 }
 
+/// Its `Debug` says what the builder calls set (and shows the store, never its token).
+#[tokio::test]
+async fn debug_shows_the_store_and_what_the_builder_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, store) = quiet_store(dir.path(), "debug-secret").await;
+    let plain = format!("{:?}", BearerMiddleware::new(store.clone()));
+    assert!(
+        plain.starts_with("BearerMiddleware { store: TokenStore"),
+        "{plain}"
+    );
+    assert!(plain.contains("own_header: Keep, retry: ()"), "{plain}");
+    let set = BearerMiddleware::new(store)
+        .retry_unauthorized()
+        .overwrite_existing();
+    let set = format!("{set:?}");
+    assert!(
+        set.contains("own_header: Replace, retry: RetryUnauthorized"),
+        "{set}"
+    );
+    assert!(!set.contains("debug-secret"), "{set}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_retry_a_401_goes_back_and_the_next_request_has_the_new_token() {
     let dir = tempfile::tempdir().unwrap();

@@ -320,3 +320,6 @@ fn marked(refusal: &Refusal, result: Result<Response>) -> Result<Response> {
         response
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,73 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::source::FnSource;
+use crate::test_support::pki::Ca;
+use crate::tls::RootStore;
+
+/// A generation's client is built once: a caller that raced to the generations just built
+/// finds them built, and one that read older generations before a rotation gets the newer
+/// client, not a rebuild of the old.
+#[tokio::test]
+async fn a_generations_client_is_built_once_and_again_only_for_newer_credentials() {
+    let bundle = Arc::new(Mutex::new(Ca::new("first").pem()));
+    let read = bundle.clone();
+    let source = FnSource::new("ca", move || {
+        let pem = lock(&read).clone();
+        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+    });
+    let roots = RootStore::builder(source)
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    let builds = Arc::new(AtomicUsize::new(0));
+    let counted = builds.clone();
+    let tls = TlsMiddleware::new(roots.clone()).client_builder(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Client::builder()
+    });
+    let shared = &tls.shared;
+
+    let before = shared.stores.generations();
+    let first = shared.generation();
+    assert_eq!(builds.load(Ordering::SeqCst), 1);
+    let raced = shared.newer(before);
+    assert!(
+        Arc::ptr_eq(&first, &raced),
+        "the same generations built again"
+    );
+    assert_eq!(builds.load(Ordering::SeqCst), 1);
+
+    *lock(&bundle) = Ca::new("second").pem();
+    roots.reload().await.unwrap();
+    let rotated = shared.generation();
+    assert_eq!(rotated.generations.roots, before.roots + 1);
+    assert_eq!(builds.load(Ordering::SeqCst), 2);
+    let stale = shared.newer(before);
+    assert!(
+        Arc::ptr_eq(&rotated, &stale),
+        "older generations built again"
+    );
+    assert_eq!(builds.load(Ordering::SeqCst), 2);
+}
+
+/// Its `Debug` shows the stores and the generation in use, never a key.
+#[tokio::test]
+async fn debug_shows_the_stores_and_generations() {
+    let roots = RootStore::builder(crate::test_support::pem("ca", Ca::new("debug").pem()))
+        .load()
+        .await
+        .unwrap();
+    let tls = TlsMiddleware::new(roots);
+    let before = format!("{tls:?}");
+    assert!(before.starts_with("TlsMiddleware {"), "{before}");
+    assert!(before.contains("roots: RootStore"), "{before}");
+    assert!(before.contains("generations: None"), "{before}");
+    tls.shared.generation();
+    let after = format!("{tls:?}");
+    assert!(
+        after.contains("generations: Some(Generations { identity: 0, roots: 1 })"),
+        "{after}"
+    );
+}
