@@ -203,6 +203,51 @@ async fn a_retry_goes_out_on_the_connection_of_the_401() {
     );
 }
 
+/// Through `TlsMiddleware`, which takes the refusal of the `BearerMiddleware` before it, the
+/// 401's body is read before the resend too: over HTTP/1.1 the resend goes out on the 401's
+/// connection, not a new handshake.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_tls_middleware_a_resend_goes_out_on_the_connection_of_the_401() {
+    use bearer_reload::reqwest::TlsMiddleware;
+    use bearer_reload::tls::RootStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = quiet_store(dir.path(), "t0").await;
+    let ca = support::tls::TestCa::new();
+    let mut config = ca.server_config();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let server = AuthServer::start_tls("t0", acceptor).await;
+    let bundle = ca.ca_pem().to_owned();
+    let roots = RootStore::builder(bearer_reload::source::FnSource::new("ca", move || {
+        let pem = bundle.clone();
+        async move { Ok::<_, std::io::Error>(pem.into_bytes()) }
+    }))
+    .load()
+    .await
+    .unwrap();
+    let tls = TlsMiddleware::new(roots);
+    let client = ClientBuilder::new(tls.client().unwrap())
+        .with(BearerMiddleware::new(store.clone()).retry_unauthorized())
+        .with(tls)
+        .build();
+    for i in 1..=ROTATIONS {
+        let token = format!("t{i}");
+        server.accept_only(&token);
+        std::fs::write(&path, &token).unwrap();
+        let res = client.post(server.url("/")).body("x").send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.bytes().await.unwrap();
+    }
+    assert_eq!(server.requests(), 2 * ROTATIONS);
+    let connections = server.connections();
+    assert!(
+        connections <= ROTATIONS / 2,
+        "{connections} connections for {ROTATIONS} revoking rotations"
+    );
+}
+
 /// A store loaded on a runtime that ended (a start-up step's) is followed again from the
 /// middleware's next request on a live runtime.
 #[test]
