@@ -110,14 +110,12 @@ impl TokenSource for FileSource {
             let _running = started;
             read_file(&path, cx.max_size())
         });
-        match read.await {
-            Ok(result) => result.map(Fetched::new),
-            // The blocking pool is shutting down with the runtime.
-            Err(e) => Err(FileError::Read {
-                path: self.path.clone(),
-                source: io::Error::other(e),
-            }),
-        }
+        // An error: the blocking pool is shutting down with the runtime.
+        let read = read.await.map_err(|e| FileError::Read {
+            path: self.path.clone(),
+            source: io::Error::other(e),
+        });
+        read?.map(Fetched::new)
     }
 
     fn describe(&self) -> String {
