@@ -260,7 +260,7 @@ impl<S> StoreBuilder<S> {
         origin: std::time::SystemTime,
         start: tokio::time::Instant,
     ) -> Self {
-        self.clock = Clock::tokio(origin, start);
+        self.clock = Clock::Tokio(origin, start);
         self
     }
 

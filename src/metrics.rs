@@ -97,23 +97,19 @@ pub(crate) const WATCH_STATES: [&str; 4] = ["active", "degraded", "off", "stoppe
 pub(crate) fn describe() {
     #[cfg(feature = "metrics")]
     {
-        for (name, text) in [
-            (RELOADS, "Reads of the token source, by trigger and result."),
-            (
-                UNAUTHORIZED,
-                "Unauthorized responses to requests that carried the store's token.",
-            ),
-            (
-                RETRIES,
-                "Requests sent again with a newer token, by result.",
-            ),
-            (
-                KEPT_AUTHORIZATION,
-                "Requests that kept their own Authorization header.",
-            ),
-        ] {
-            describe_counter!(name, text);
-        }
+        describe_counter!(RELOADS, "Reads of the token source, by trigger and result.");
+        describe_counter!(
+            UNAUTHORIZED,
+            "Unauthorized responses to requests that carried the store's token."
+        );
+        describe_counter!(
+            RETRIES,
+            "Requests sent again with a newer token, by result."
+        );
+        describe_counter!(
+            KEPT_AUTHORIZATION,
+            "Requests that kept their own Authorization header."
+        );
         for (kind, what) in DATED {
             let [expiry, issued] = dates(kind);
             describe_gauge!(

@@ -133,7 +133,7 @@ impl TokenSource for FileSource {
 
 /// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
 /// an oversize stream is still refused by the token's validation).
-pub(crate) fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
+fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
     let io_err = |source: io::Error| FileError::Read {
         path: path.to_owned(),
         source,
