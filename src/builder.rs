@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::refresh::follow::Leader;
+use crate::refresh::Leader;
 use crate::refresh::timer::MIN_PERIOD;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource, Trigger};
@@ -260,7 +260,7 @@ impl<S> StoreBuilder<S> {
         origin: std::time::SystemTime,
         start: tokio::time::Instant,
     ) -> Self {
-        self.clock = Clock::tokio(origin, start);
+        self.clock = Clock::Tokio(origin, start);
         self
     }
 

@@ -24,12 +24,6 @@ pub(crate) enum Clock {
 }
 
 impl Clock {
-    /// A clock that reads `origin` at tokio's `start` and moves with tokio's time.
-    #[cfg(any(test, feature = "testing"))]
-    pub(crate) fn tokio(origin: SystemTime, start: tokio::time::Instant) -> Self {
-        Clock::Tokio(origin, start)
-    }
-
     /// The current wall-clock time.
     pub(crate) fn now(&self) -> SystemTime {
         match self {

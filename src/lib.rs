@@ -171,23 +171,18 @@ mod builder;
 pub mod classify;
 mod clock;
 #[cfg(feature = "kube")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub mod kube;
 pub mod layer;
 #[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 // Without the feature, the stores' calls to it do nothing.
 #[cfg(not(feature = "metrics"))]
-#[path = "metrics/off.rs"]
 mod metrics;
 #[cfg(feature = "oauth2")]
-#[cfg_attr(docsrs, doc(cfg(feature = "oauth2")))]
 pub mod oauth2;
 mod refresh;
 mod refusal;
 #[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
 pub mod source;
 pub mod store;
@@ -195,14 +190,11 @@ mod sync;
 #[cfg(test)]
 mod test_support;
 #[cfg(feature = "testing")]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 #[cfg(feature = "tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 pub mod token;
 #[cfg(feature = "tonic")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod tonic;
 
 pub use builder::StoreBuilder;

@@ -55,64 +55,39 @@
 //! [`StoreBuilder::name`]: crate::StoreBuilder::name
 //! [`metrics`]: https://docs.rs/metrics/0.24/metrics/
 
+// Without the feature the module is private and its calls do nothing: one set of
+// signatures for the stores to call.
+#![cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
+
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use ::metrics::{counter, describe_counter, describe_gauge, gauge};
+#[cfg(feature = "metrics")]
+use ::metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
 
 const RELOADS: &str = "bearer_reload_reloads_total";
 const UNAUTHORIZED: &str = "bearer_reload_unauthorized_total";
 const RETRIES: &str = "bearer_reload_retries_total";
 const KEPT_AUTHORIZATION: &str = "bearer_reload_requests_kept_authorization_total";
-const EXPIRY: &str = "bearer_reload_token_expiry_timestamp_seconds";
-const ISSUED: &str = "bearer_reload_token_issued_timestamp_seconds";
-const CERTIFICATE_EXPIRY: &str = "bearer_reload_client_certificate_expiry_timestamp_seconds";
-const CERTIFICATE_ISSUED: &str = "bearer_reload_client_certificate_issued_timestamp_seconds";
-const BUNDLE_EXPIRY: &str = "bearer_reload_ca_bundle_expiry_timestamp_seconds";
-const BUNDLE_ISSUED: &str = "bearer_reload_ca_bundle_issued_timestamp_seconds";
-const KUBECONFIG_EXPIRY: &str = "bearer_reload_kubeconfig_expiry_timestamp_seconds";
-const KUBECONFIG_ISSUED: &str = "bearer_reload_kubeconfig_issued_timestamp_seconds";
-
-/// The gauges of a credential's own dates, named for what it is.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Dates {
-    /// What the credential is, in the gauges' descriptions.
-    what: &'static str,
-    expiry: &'static str,
-    issued: &'static str,
-}
-
-/// A token's.
-pub(crate) const TOKEN_DATES: Dates = Dates {
-    what: "token",
-    expiry: EXPIRY,
-    issued: ISSUED,
-};
-
-/// A client certificate's: its `notAfter` and `notBefore`.
-pub(crate) const CERTIFICATE_DATES: Dates = Dates {
-    what: "client certificate",
-    expiry: CERTIFICATE_EXPIRY,
-    issued: CERTIFICATE_ISSUED,
-};
-
-/// A CA bundle's (never an expiry: a bundle has none of its own).
-pub(crate) const BUNDLE_DATES: Dates = Dates {
-    what: "CA bundle",
-    expiry: BUNDLE_EXPIRY,
-    issued: BUNDLE_ISSUED,
-};
-
-/// A kubeconfig file's (never an expiry: its credentials have theirs, in their own stores).
-pub(crate) const KUBECONFIG_DATES: Dates = Dates {
-    what: "kubeconfig",
-    expiry: KUBECONFIG_EXPIRY,
-    issued: KUBECONFIG_ISSUED,
-};
 const SOURCE_CHANGED: &str = "bearer_reload_source_changed_timestamp_seconds";
 const WATCH_STATE: &str = "bearer_reload_watch_state";
 const GENERATION: &str = "bearer_reload_generation";
 const STALLED: &str = "bearer_reload_rotation_stalled";
+
+/// Each credential with gauges of its dates: its name in them, and what it is in their
+/// descriptions (a CA bundle's and a kubeconfig's expiry gauges are never set).
+const DATED: [(&str, &str); 4] = [
+    ("token", "token"),
+    ("client_certificate", "client certificate"),
+    ("ca_bundle", "CA bundle"),
+    ("kubeconfig", "kubeconfig"),
+];
+
+/// The names of the expiry and issued gauges of a credential, by its name in metrics.
+#[cfg(feature = "metrics")]
+fn dates(kind: &str) -> [String; 2] {
+    ["expiry", "issued"].map(|date| format!("bearer_reload_{kind}_{date}_timestamp_seconds"))
+}
 
 /// The watch states, as the `state` label spells them.
 pub(crate) const WATCH_STATES: [&str; 4] = ["active", "degraded", "off", "stopped"];
@@ -120,77 +95,77 @@ pub(crate) const WATCH_STATES: [&str; 4] = ["active", "degraded", "off", "stoppe
 /// Describes every series to the installed recorder (once is enough; called for each
 /// store, as recorders may be installed late).
 pub(crate) fn describe() {
-    describe_counter!(RELOADS, "Reads of the token source, by trigger and result.");
-    describe_counter!(
-        UNAUTHORIZED,
-        "Unauthorized responses to requests that carried the store's token."
-    );
-    describe_counter!(
-        RETRIES,
-        "Requests sent again with a newer token, by result."
-    );
-    describe_counter!(
-        KEPT_AUTHORIZATION,
-        "Requests that kept their own Authorization header."
-    );
-    for Dates {
-        what,
-        expiry,
-        issued,
-    } in [
-        TOKEN_DATES,
-        CERTIFICATE_DATES,
-        BUNDLE_DATES,
-        KUBECONFIG_DATES,
-    ] {
+    #[cfg(feature = "metrics")]
+    {
+        describe_counter!(RELOADS, "Reads of the token source, by trigger and result.");
+        describe_counter!(
+            UNAUTHORIZED,
+            "Unauthorized responses to requests that carried the store's token."
+        );
+        describe_counter!(
+            RETRIES,
+            "Requests sent again with a newer token, by result."
+        );
+        describe_counter!(
+            KEPT_AUTHORIZATION,
+            "Requests that kept their own Authorization header."
+        );
+        for (kind, what) in DATED {
+            let [expiry, issued] = dates(kind);
+            describe_gauge!(
+                expiry,
+                Unit::Seconds,
+                format!("When the {what} in use expires, as a Unix timestamp.")
+            );
+            describe_gauge!(
+                issued,
+                Unit::Seconds,
+                format!(
+                    "When the {what} in use was issued (a CA bundle: installed), as a Unix \
+                     timestamp."
+                )
+            );
+        }
         describe_gauge!(
-            expiry,
-            ::metrics::Unit::Seconds,
-            format!("When the {what} in use expires, as a Unix timestamp.")
+            SOURCE_CHANGED,
+            Unit::Seconds,
+            "When a read of the source last found a new token, as a Unix timestamp."
         );
         describe_gauge!(
-            issued,
-            ::metrics::Unit::Seconds,
-            format!(
-                "When the {what} in use was issued (a CA bundle: installed), as a Unix \
-                 timestamp."
-            )
+            WATCH_STATE,
+            "1 for the store's watch state, 0 for the others."
+        );
+        describe_gauge!(GENERATION, "The generation of the token in use.");
+        describe_gauge!(
+            STALLED,
+            "1 while the token in use is past its rotation point and its source holds nothing newer."
         );
     }
-    describe_gauge!(
-        SOURCE_CHANGED,
-        ::metrics::Unit::Seconds,
-        "When a read of the source last found a new token, as a Unix timestamp."
-    );
-    describe_gauge!(
-        WATCH_STATE,
-        "1 for the store's watch state, 0 for the others."
-    );
-    describe_gauge!(GENERATION, "The generation of the token in use.");
-    describe_gauge!(
-        STALLED,
-        "1 while the token in use is past its rotation point and its source holds nothing newer."
-    );
 }
 
 pub(crate) fn reload(source: &Arc<str>, trigger: &'static str, result: &'static str) {
+    #[cfg(feature = "metrics")]
     counter!(RELOADS, "source" => source.clone(), "trigger" => trigger, "result" => result)
         .increment(1);
 }
 
 pub(crate) fn unauthorized(source: &Arc<str>) {
+    #[cfg(feature = "metrics")]
     counter!(UNAUTHORIZED, "source" => source.clone()).increment(1);
 }
 
 pub(crate) fn retry(source: &Arc<str>, result: &'static str) {
+    #[cfg(feature = "metrics")]
     counter!(RETRIES, "source" => source.clone(), "result" => result).increment(1);
 }
 
 pub(crate) fn kept_authorization(source: &Arc<str>) {
+    #[cfg(feature = "metrics")]
     counter!(KEPT_AUTHORIZATION, "source" => source.clone()).increment(1);
 }
 
 pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
+    #[cfg(feature = "metrics")]
     for s in WATCH_STATES {
         let value = if s == state { 1.0 } else { 0.0 };
         gauge!(WATCH_STATE, "source" => source.clone(), "state" => s).set(value);
@@ -218,23 +193,21 @@ fn timestamp(at: SystemTime) -> f64 {
 }
 
 pub(crate) fn token(source: &Arc<str>, g: &TokenGauges) {
-    let dates = match g.kind {
-        "client_certificate" => CERTIFICATE_DATES,
-        "ca_bundle" => BUNDLE_DATES,
-        "kubeconfig" => KUBECONFIG_DATES,
-        _ => TOKEN_DATES,
-    };
-    let label = || source.clone();
-    // Precision loss past 2^53 generations is of no concern.
-    #[allow(clippy::cast_precision_loss)]
-    gauge!(GENERATION, "source" => label()).set(g.generation as f64);
-    if let Some(expires_at) = g.expires_at {
-        gauge!(dates.expiry, "source" => label()).set(timestamp(expires_at));
+    #[cfg(feature = "metrics")]
+    {
+        let [expiry, issued] = dates(g.kind);
+        let label = || source.clone();
+        // Precision loss past 2^53 generations is of no concern.
+        #[allow(clippy::cast_precision_loss)]
+        gauge!(GENERATION, "source" => label()).set(g.generation as f64);
+        if let Some(expires_at) = g.expires_at {
+            gauge!(expiry, "source" => label()).set(timestamp(expires_at));
+        }
+        gauge!(issued, "source" => label()).set(timestamp(g.issued_at));
+        gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
+        gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
     }
-    gauge!(dates.issued, "source" => label()).set(timestamp(g.issued_at));
-    gauge!(SOURCE_CHANGED, "source" => label()).set(timestamp(g.changed_at));
-    gauge!(STALLED, "source" => label()).set(if g.stalled { 1.0 } else { 0.0 });
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "metrics"))]
 mod tests;

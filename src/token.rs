@@ -141,11 +141,15 @@ pub(crate) enum TokenKind {
 
 impl TokenKind {
     fn detect(token: &str) -> Self {
-        match bootstrap_id(token) {
-            Some(id) => TokenKind::Bootstrap {
+        // A kubeadm bootstrap token is `[a-z0-9]{6}\.[a-z0-9]{16}`.
+        let ok = |s: &str, len| {
+            s.len() == len && s.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9'))
+        };
+        match token.split_once('.') {
+            Some((id, secret)) if ok(id, 6) && ok(secret, 16) => TokenKind::Bootstrap {
                 user: format!("{BOOTSTRAP_USER}{id}"),
             },
-            None => claims::decode(token).map_or(TokenKind::Opaque, TokenKind::Jwt),
+            _ => claims::decode(token).map_or(TokenKind::Opaque, TokenKind::Jwt),
         }
     }
 
@@ -165,14 +169,6 @@ const BOOTSTRAP_USER: &str = "system:bootstrap:";
 /// The id in a bootstrap token's user name.
 fn bootstrap_id_of(user: &str) -> &str {
     user.strip_prefix(BOOTSTRAP_USER).unwrap_or(user)
-}
-
-/// The id of a kubeadm bootstrap token: `[a-z0-9]{6}\.[a-z0-9]{16}`.
-fn bootstrap_id(token: &str) -> Option<&str> {
-    let (id, secret) = token.split_once('.')?;
-    let ok =
-        |s: &str, len| s.len() == len && s.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9'));
-    (ok(id, 6) && ok(secret, 16)).then_some(id)
 }
 
 /// A validated bearer token, held as a prebuilt sensitive `Authorization` header value.

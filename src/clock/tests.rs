@@ -4,7 +4,7 @@ use std::time::Duration;
 impl Clock {
     /// A clock that reads `origin` now and then moves with tokio's time.
     pub(crate) fn tokio_from(origin: SystemTime) -> Self {
-        Self::tokio(origin, tokio::time::Instant::now())
+        Self::Tokio(origin, tokio::time::Instant::now())
     }
 }
 

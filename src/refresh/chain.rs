@@ -28,7 +28,7 @@
 //! fix is seen.
 
 use std::collections::VecDeque;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 /// The most links followed, as the kernel's own limit (`MAXSYMLINKS`).
@@ -93,26 +93,21 @@ impl Start {
 
     /// Follows the chain as it is now (see the module docs).
     pub(crate) fn resolve(&self) -> Chain {
-        let (mut entries, mut error) = (Vec::new(), None);
-        // A payload's names are not watched: the link into it is.
-        let mut watch = |dir: &Path, name: &OsStr, payload: bool| {
-            let entry = Entry {
-                dir: dir.to_owned(),
-                name: name.to_owned(),
-            };
-            if !payload && !entries.contains(&entry) {
-                entries.push(entry);
-            }
+        let mut chain = Chain {
+            entries: Vec::new(),
+            error: None,
         };
-        let mut base = self.dir.clone();
-        let mut payload = false;
-        let mut links = 0;
+        let (mut base, mut payload, mut links) = (self.dir.clone(), false, 0);
         let mut steps = VecDeque::from([Step::Name(self.name.clone())]);
         while let Some(step) = steps.pop_front() {
             let name = match step {
+                Step::Name(name) => name,
+                Step::Payload => {
+                    payload = true;
+                    continue;
+                }
                 Step::Root => {
-                    base = PathBuf::from("/");
-                    payload = false;
+                    (base, payload) = (PathBuf::from("/"), false);
                     continue;
                 }
                 Step::Parent => {
@@ -120,62 +115,56 @@ impl Start {
                     payload = false;
                     continue;
                 }
-                Step::Payload => {
-                    payload = true;
-                    continue;
-                }
-                Step::Name(name) => name,
             };
             let last = !steps.iter().any(|s| matches!(s, Step::Name(_)));
             let path = base.join(&name);
-            match std::fs::symlink_metadata(&path) {
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    watch(&base, &name, payload);
-                    links += 1;
-                    if links > MAX_LINKS {
-                        let path = self.path.clone();
-                        error = Some(ChainError::TooManyLinks {
-                            path,
-                            limit: MAX_LINKS,
-                        });
-                        break;
-                    }
-                    // Removed since: the event that says so wakes the watcher again.
-                    let Ok(target) = std::fs::read_link(&path) else {
-                        break;
-                    };
-                    let mut front: Vec<Step> = (target.components())
-                        .filter_map(|component| match component {
-                            Component::RootDir => Some(Step::Root),
-                            Component::ParentDir => Some(Step::Parent),
-                            Component::Normal(name) => Some(Step::Name(name.to_owned())),
-                            Component::CurDir | Component::Prefix(_) => None,
-                        })
-                        .collect();
-                    if !last && is_writer_internal(&name) {
-                        front.push(Step::Payload);
-                    }
-                    for step in front.into_iter().rev() {
-                        steps.push_front(step);
-                    }
-                }
-                Ok(meta) if !last && meta.is_dir() => base = path,
-                // The file at the end; or missing, not a directory, or not readable: its
-                // return is an event here.
-                _ => {
-                    watch(&base, &name, payload);
-                    break;
-                }
+            let meta = std::fs::symlink_metadata(&path);
+            let link = meta.as_ref().is_ok_and(|m| m.file_type().is_symlink());
+            if !last && !link && meta.is_ok_and(|m| m.is_dir()) {
+                base = path;
+                continue;
+            }
+            // A link, or the file at the end; or missing, not a directory, or not readable:
+            // its return is an event here. A payload's names are not watched: the link
+            // into it is.
+            let entry = Entry {
+                dir: base.clone(),
+                name,
+            };
+            if !payload && !chain.entries.contains(&entry) {
+                chain.entries.push(entry.clone());
+            }
+            links += 1;
+            if !link {
+                break;
+            } else if links > MAX_LINKS {
+                let (path, limit) = (self.path.clone(), MAX_LINKS);
+                chain.error = Some(ChainError::TooManyLinks { path, limit });
+                break;
+            }
+            // Removed since: the event that says so wakes the watcher again.
+            let Ok(target) = std::fs::read_link(&path) else {
+                break;
+            };
+            let mut front: Vec<Step> = (target.components())
+                .filter_map(|component| match component {
+                    Component::RootDir => Some(Step::Root),
+                    Component::ParentDir => Some(Step::Parent),
+                    Component::Normal(name) => Some(Step::Name(name.to_owned())),
+                    Component::CurDir | Component::Prefix(_) => None,
+                })
+                .collect();
+            // An atomic writer's own name (the kubelet's `..data`, its timestamped
+            // directories): no user file can start with `..`.
+            if !last && entry.name.as_encoded_bytes().starts_with(b"..") {
+                front.push(Step::Payload);
+            }
+            for step in front.into_iter().rev() {
+                steps.push_front(step);
             }
         }
-        Chain { entries, error }
+        chain
     }
-}
-
-/// Whether a name is an atomic writer's own (the kubelet's `..data`, its timestamped
-/// directories, `..data_tmp`): no user file can start with `..`.
-pub(crate) fn is_writer_internal(name: &OsStr) -> bool {
-    name.as_encoded_bytes().starts_with(b"..")
 }
 
 // The tests make symlinks the Unix way.

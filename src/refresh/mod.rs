@@ -5,6 +5,12 @@
 //! Each holds only a weak reference to its store: the refresher ends when the store is
 //! dropped. When it is dropped first (its runtime shut down), it tells the store, which
 //! reports it (see `WeakStore::refresher_stopped`).
+//!
+//! Following another store: a store whose credential is a part of another store's (a
+//! kubeconfig's token, client identity or CA bundle, parts of the store of the file) is
+//! fetched again as each read of that leader completes, and says the leader's watch state
+//! as its own: its fetch takes the part out of what the leader holds, so that the file is
+//! read once for all of its parts.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -12,10 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::store::{Credential, WeakStore};
+use crate::source::Trigger;
+use crate::store::{Credential, OnFailure, ReadsDone, Recency, Store, WatchState, WeakStore};
 
 pub(crate) mod chain;
-pub(crate) mod follow;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
@@ -27,7 +33,7 @@ pub(crate) struct Plan {
     pub(crate) period: Option<Duration>,
     pub(crate) clock: Clock,
     pub(crate) watch: Vec<PathBuf>,
-    pub(crate) follow: Option<Arc<dyn follow::Leader>>,
+    pub(crate) follow: Option<Arc<dyn Leader>>,
 }
 
 /// The refresher of the store behind `store`: its timer, for a file its watcher, and for
@@ -43,7 +49,7 @@ pub(crate) async fn start<C: Credential>(
         false => Some(watch::watch(&registry::GLOBAL, store.clone(), &plan.watch).await),
     };
     let timer = timer::run(store.clone(), plan.period, plan.clock);
-    let follower = (plan.follow).map(|leader| follow::follow(store.clone(), leader));
+    let follower = (plan.follow).map(|leader| follow(store.clone(), leader));
     async move {
         // Dropped at the end, with the store gone: it tells no one.
         let _early = early;
@@ -51,6 +57,51 @@ pub(crate) async fn start<C: Credential>(
             tokio::join!(timer, some(watcher), some(follower));
         })
         .await;
+    }
+}
+
+/// The store another follows, whatever its credential.
+pub(crate) trait Leader: Send + Sync + 'static {
+    /// Its reads, as they complete.
+    fn reads_done(&self) -> ReadsDone;
+
+    /// What it says of its watch.
+    fn watch_state(&self) -> WatchState;
+}
+
+impl<C: Credential> Leader for Store<C> {
+    fn reads_done(&self) -> ReadsDone {
+        Store::reads_done(self)
+    }
+
+    fn watch_state(&self) -> WatchState {
+        Store::watch_state(self)
+    }
+}
+
+/// Follows `leader` for the store behind `store`, until either is gone. Subscribes here,
+/// before the future first runs, so that no read of the leader is missed.
+pub(crate) fn follow<C: Credential>(
+    store: WeakStore<C>,
+    leader: Arc<dyn Leader>,
+) -> impl Future<Output = ()> + Send + use<C> {
+    let mut reads = leader.reads_done();
+    let say = move |store: &WeakStore<C>| {
+        if let Some(follower) = store.upgrade() {
+            follower.follow_watch_state(leader.watch_state());
+        }
+    };
+    // Said at once, as a watcher says it subscribed: the status is right from the load on.
+    say(&store);
+    // Each fetch starts after the leader's read: it takes what that read found.
+    async move {
+        while reads.next().await
+            && (store.reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report))
+                .await
+                .is_some()
+        {
+            say(&store);
+        }
     }
 }
 

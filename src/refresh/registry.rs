@@ -16,8 +16,8 @@
 //! - Two locks, always taken in this order: `control` (the watcher, held across its
 //!   `watch`/`unwatch` calls) and `table` (held briefly). The event handler runs on
 //!   notify's thread and takes only `table`: `watch`/`unwatch` wait for that thread.
-//! - A store subscribes through a [`Subscriber`] and is woken through a [`Signal`]; what it
-//!   does then is the watch loop's business (`super::watch`).
+//! - A store subscribes to names and is woken through a [`Signal`]; what it does then is
+//!   the watch loop's business (`super::watch`).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -68,7 +68,8 @@ pub(crate) struct Registry {
     verify_every: Duration,
     control: Mutex<Control>,
     table: Arc<Mutex<Table>>,
-    next_id: AtomicU64,
+    /// Numbers subscribers.
+    pub(super) next_id: AtomicU64,
 }
 
 #[derive(Default)]
@@ -154,7 +155,13 @@ impl Registry {
         })
     }
 
-    fn register(&self, entry: &Entry, id: u64, signal: &Arc<Signal>) {
+    /// The read limit of a subscribed directory.
+    pub(super) fn reads(&self, dir: &Path) -> Option<Arc<Semaphore>> {
+        Some(lock(&self.table).dirs.get(dir)?.reads.clone())
+    }
+
+    /// Routes `entry`'s events to subscriber `id`.
+    pub(super) fn register(&self, entry: &Entry, id: u64, signal: &Arc<Signal>) {
         let mut table = lock(&self.table);
         let d = table.dirs.entry(entry.dir.clone()).or_insert_with(Dir::new);
         d.names
@@ -165,7 +172,7 @@ impl Registry {
 
     /// Stops routing `entry`'s events to subscriber `id`; the directory's last entry takes
     /// the directory's watch with it, and the last directory the watcher.
-    fn unregister(&self, entry: &Entry, id: u64) {
+    pub(super) fn unregister(&self, entry: &Entry, id: u64) {
         let emptied = |table: &mut Table| {
             let d = table.dirs.get_mut(&entry.dir)?;
             if let Some(subscribers) = d.names.get_mut(&entry.name) {
@@ -201,7 +208,7 @@ impl Registry {
 
     /// Makes sure `dir` (subscribed by the caller) is watched: the epoch of its watch, or
     /// why it is not watched.
-    fn arm(&self, dir: &Path) -> Result<u64, String> {
+    pub(super) fn arm(&self, dir: &Path) -> Result<u64, String> {
         if let Some(d) = lock(&self.table).dirs.get(dir)
             && d.armed.is_some()
         {
@@ -458,69 +465,6 @@ impl Signal {
         // An event counted before the take may have left the wake-up taken: it goes back.
         if taken && self.events() != seen {
             self.notify.notify_one();
-        }
-    }
-}
-
-/// A store's interest in the names of its chains; unsubscribes from all when dropped.
-pub(crate) struct Subscriber {
-    registry: Arc<Registry>,
-    id: u64,
-    pub(crate) signal: Arc<Signal>,
-    entries: Vec<Entry>,
-    /// The read limit of the directory of the first entry, the path as given.
-    pub(crate) reads: Arc<Semaphore>,
-}
-
-impl Subscriber {
-    /// A subscriber to nothing yet.
-    pub(crate) fn new(registry: &Arc<Registry>) -> Self {
-        Self {
-            registry: registry.clone(),
-            id: registry.next_id.fetch_add(1, Ordering::Relaxed),
-            signal: Arc::default(),
-            entries: Vec::new(),
-            reads: Arc::new(Semaphore::new(READS_PER_DIR)),
-        }
-    }
-
-    /// Watches exactly `entries` (new ones added before old ones go, so that a directory
-    /// that stays is not unwatched in between), and returns the state of each directory:
-    /// the epoch of its watch, or why it is not watched.
-    pub(crate) fn watch(&mut self, entries: Vec<Entry>) -> Vec<(PathBuf, Result<u64, String>)> {
-        if entries != self.entries {
-            for entry in entries.iter().filter(|e| !self.entries.contains(e)) {
-                self.registry.register(entry, self.id, &self.signal);
-            }
-            for entry in self.entries.iter().filter(|e| !entries.contains(e)) {
-                self.registry.unregister(entry, self.id);
-            }
-            self.entries = entries;
-            let table = lock(&self.registry.table);
-            if let Some(d) = self.entries.first().and_then(|e| table.dirs.get(&e.dir)) {
-                self.reads = d.reads.clone();
-            }
-        }
-        let mut states: Vec<(PathBuf, Result<u64, String>)> = Vec::new();
-        for entry in &self.entries {
-            if !states.iter().any(|(dir, _)| *dir == entry.dir) {
-                states.push((entry.dir.clone(), self.registry.arm(&entry.dir)));
-            }
-        }
-        states
-    }
-}
-
-impl Drop for Subscriber {
-    /// Unsubscribes on the blocking pool when dropped in a runtime: the last subscriber of
-    /// a directory unwatches it, under the lock a watch of a hung directory may hold.
-    fn drop(&mut self) {
-        let (registry, id) = (self.registry.clone(), self.id);
-        let entries = std::mem::take(&mut self.entries);
-        let unsubscribe = move || entries.iter().for_each(|e| registry.unregister(e, id));
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(unsubscribe)),
-            Err(_) => unsubscribe(),
         }
     }
 }

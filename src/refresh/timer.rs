@@ -70,22 +70,23 @@ pub(crate) async fn run<C: Credential>(
         return;
     };
     let cap = period.unwrap_or(MAX_RETRY);
-    // The wait before each periodic read: the period and a jitter drawn for this timer and
-    // this read.
+    // The next read: after the retry's wait, else after the period and a jitter drawn for
+    // this timer and this read.
     let timer = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut reads = 0_u64;
-    let mut periodic = move || {
-        reads += 1;
-        period.map(|p| p + jitter(timer ^ reads, spread(p)))
+    let mut tick = move |retry: Option<Duration>| {
+        let wait = retry.or_else(|| {
+            reads += 1;
+            period.map(|p| p + jitter(timer ^ reads, spread(p)))
+        });
+        wait.map(|wait| Instant::now() + wait)
     };
     // Moments at or before this one were served: a timer that fires a hair early (the
     // wall clock and tokio's clock are not the same clock) must not serve one twice.
     let mut served: Option<SystemTime> = None;
     // The backoff after a failed read (or a token due at once), before `retry_wait`.
     let mut retry = due.then_some(FIRST_RETRY);
-    let mut next_tick = retry
-        .or_else(&mut periodic)
-        .map(|wait| Instant::now() + wait);
+    let mut next_tick = tick(retry);
     loop {
         let Some(current) = store.upgrade().map(|s| s.current()) else {
             return;
@@ -98,19 +99,13 @@ pub(crate) async fn run<C: Credential>(
                 let wait = at.duration_since(now).unwrap_or_default();
                 Some((at, now_instant.checked_add(wait)?))
             })
-            .filter(|&(_, wake)| next_tick.is_none_or(|tick| wake < tick));
+            .filter(|&(_, wake)| next_tick.is_none_or(|next| wake < next));
         let wake = moment.map(|(_, wake)| wake).or(next_tick);
         // Not held across the wait: the old token is not kept past a rotation.
         drop(current);
-        let sleep = async {
-            match wake {
-                Some(at) => tokio::time::sleep_until(at).await,
-                // Nothing to wait for but a rotation, which brings new dates.
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            () = sleep => {}
+            // Without a moment, nothing to wait for but a rotation, which brings new dates.
+            () = tokio::time::sleep_until(wake.unwrap_or(now_instant)), if wake.is_some() => {}
             // Another trigger (the watcher, a 401, a call) installed a new token: its moments
             // replace the old token's, without a read now. (Or the store is gone: seen above.)
             _ = rotations.changed() => continue,
@@ -133,10 +128,7 @@ pub(crate) async fn run<C: Credential>(
         }
         // A read just happened: the next periodic one is a full period away (or the retry
         // delay). After a suspended process wakes up this is one re-read, not a burst.
-        let retry_wait = retry.map(|backoff| retry_wait(backoff, &*current, clock.now()));
-        next_tick = retry_wait
-            .or_else(&mut periodic)
-            .map(|wait| Instant::now() + wait);
+        next_tick = tick(retry.map(|backoff| retry_wait(backoff, &*current, clock.now())));
     }
 }
 

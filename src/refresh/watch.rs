@@ -1,10 +1,10 @@
 //! The watch loop of one store: reload when a name of its files' symlink chains changes.
 //!
-//! Each store watched has a task that owns its [`Subscriber`] to the process-wide
-//! [`Registry`] and holds only a weak reference to the store, so that it ends with the
-//! store. It subscribes to the names of each file's [chain](super::chain) (the path as
+//! Each store watched has a task that owns its subscription to the process-wide
+//! [`Registry`] (dropped with it) and holds only a weak reference to the store, so that it
+//! ends with the store. It subscribes to the names of each file's [chain](super::chain) (the path as
 //! given, every symlink after it, the file at the end), each in its directory, and waits on
-//! a coalescing [`Signal`](super::registry::Signal). On each wake-up it resolves the chains
+//! a coalescing [`Signal`]. On each wake-up it resolves the chains
 //! again (a link re-pointed: the new directories are watched and those no longer needed
 //! dropped), then reads with a read that starts after the event. The events of one
 //! rotation (a truncate, then a write; a temporary file's are for another name) cost one
@@ -27,10 +27,13 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::chain::{ChainError, Start};
-use super::registry::{Registry, Subscriber};
+use tokio::sync::Semaphore;
+
+use super::chain::{ChainError, Entry, Start};
+use super::registry::{READS_PER_DIR, Registry, Signal};
 use crate::source::Trigger;
 use crate::store::{Credential, OnFailure, Recency, WatchState, WeakStore};
 
@@ -57,7 +60,11 @@ pub(crate) async fn watch<C: Credential>(
         store,
         paths: paths.to_vec(),
         starts: Vec::new(),
-        sub: Subscriber::new(registry),
+        registry: registry.clone(),
+        id: registry.next_id.fetch_add(1, Ordering::Relaxed),
+        signal: Arc::default(),
+        entries: Vec::new(),
+        reads: Arc::new(Semaphore::new(READS_PER_DIR)),
         seen: HashMap::new(),
         state: None,
         errors: Vec::new(),
@@ -76,7 +83,14 @@ struct Watcher<C: Credential> {
     paths: Vec<PathBuf>,
     /// The chains' starts: their directories are canonicalized once, at the first update.
     starts: Vec<Start>,
-    sub: Subscriber,
+    /// Its subscription: the names it watches, each in its directory, under `id`, and what
+    /// the registry wakes.
+    registry: Arc<Registry>,
+    id: u64,
+    signal: Arc<Signal>,
+    entries: Vec<Entry>,
+    /// The read limit of the directory of the first entry, the path as given.
+    reads: Arc<Semaphore>,
     /// The epoch of each directory's watch when last seen, `None` when it was not watched.
     seen: HashMap<PathBuf, Option<u64>>,
     /// The watch state last reported.
@@ -90,14 +104,10 @@ impl<C: Credential> Watcher<C> {
     async fn run(mut self) {
         let mut delay = REARM_FIRST;
         loop {
-            let mut woken = if self.state == Some(WatchState::Active) {
-                self.sub.signal.notified().await;
-                true
-            } else {
-                tokio::select! {
-                    () = self.sub.signal.notified() => true,
-                    () = tokio::time::sleep(delay) => false,
-                }
+            let degraded = self.state != Some(WatchState::Active);
+            let mut woken = tokio::select! {
+                () = self.signal.notified() => true,
+                () = tokio::time::sleep(delay), if degraded => false,
             };
             loop {
                 let Some((watcher, missed)) = self.updated().await else {
@@ -138,9 +148,11 @@ impl<C: Credential> Watcher<C> {
         Some((this, missed))
     }
 
-    /// Resolves the chains again, watches what they need, and returns the watch state when
-    /// it changed, and whether a directory was armed since it was last seen (again, or a
-    /// link re-pointed into it): what was written there before is in no event.
+    /// Resolves the chains again, watches exactly what they need (new names added before
+    /// old ones go, so that a directory that stays is not unwatched in between), and
+    /// returns the watch state when it changed, and whether a directory was armed since it
+    /// was last seen (again, or a link re-pointed into it): what was written there before
+    /// is in no event.
     fn update(&mut self) -> (bool, Option<WatchState>) {
         if self.starts.is_empty() {
             self.starts = self.paths.iter().map(|p| Start::of(p)).collect();
@@ -162,15 +174,31 @@ impl<C: Credential> Watcher<C> {
         }
         let mut problem = errors.first().map(ToString::to_string);
         self.errors = errors;
+        if entries != self.entries {
+            for entry in entries.iter().filter(|e| !self.entries.contains(e)) {
+                self.registry.register(entry, self.id, &self.signal);
+            }
+            for entry in self.entries.iter().filter(|e| !entries.contains(e)) {
+                self.registry.unregister(entry, self.id);
+            }
+            if let Some(reads) = entries.first().and_then(|e| self.registry.reads(&e.dir)) {
+                self.reads = reads;
+            }
+            self.entries = entries;
+        }
         let mut missed = false;
         let mut seen = HashMap::new();
-        for (dir, state) in self.sub.watch(entries) {
+        for entry in &self.entries {
+            if seen.contains_key(&entry.dir) {
+                continue;
+            }
+            let state = self.registry.arm(&entry.dir);
             let epoch = state.as_ref().ok().copied();
-            missed |= epoch.is_some() && self.seen.get(&dir) != Some(&epoch);
+            missed |= epoch.is_some() && self.seen.get(&entry.dir) != Some(&epoch);
             if let Err(reason) = state {
                 problem.get_or_insert(reason);
             }
-            seen.insert(dir, epoch);
+            seen.insert(entry.dir.clone(), epoch);
         }
         self.seen = seen;
         let state = match problem {
@@ -186,7 +214,7 @@ impl<C: Credential> Watcher<C> {
     /// [`RETRY_DELAYS`], or sooner when another event comes; only the last failure is
     /// reported. Returns `false` when the store is gone.
     async fn read(&self) -> bool {
-        let signal = &self.sub.signal;
+        let signal = &self.signal;
         let mut delays = RETRY_DELAYS.into_iter();
         loop {
             let report = match delays.len() {
@@ -194,7 +222,7 @@ impl<C: Credential> Watcher<C> {
                 _ => OnFailure::Quiet,
             };
             // Held for the read only, not across the retries' waits.
-            let permit = self.sub.reads.acquire().await;
+            let permit = self.reads.acquire().await;
             let seen = signal.events();
             let result = (self.store)
                 .reload(Trigger::Watch, Recency::AfterNow, report)
@@ -210,6 +238,20 @@ impl<C: Credential> Watcher<C> {
                     () = tokio::time::sleep(delay) => {}
                 },
             }
+        }
+    }
+}
+
+impl<C: Credential> Drop for Watcher<C> {
+    /// Unsubscribes on the blocking pool when dropped in a runtime: the last subscriber of
+    /// a directory unwatches it, under the lock a watch of a hung directory may hold.
+    fn drop(&mut self) {
+        let (registry, id) = (self.registry.clone(), self.id);
+        let entries = std::mem::take(&mut self.entries);
+        let unsubscribe = move || entries.iter().for_each(|e| registry.unregister(e, id));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(unsubscribe)),
+            Err(_) => unsubscribe(),
         }
     }
 }

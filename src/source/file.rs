@@ -110,14 +110,12 @@ impl TokenSource for FileSource {
             let _running = started;
             read_file(&path, cx.max_size())
         });
-        match read.await {
-            Ok(result) => result.map(Fetched::new),
-            // The blocking pool is shutting down with the runtime.
-            Err(e) => Err(FileError::Read {
-                path: self.path.clone(),
-                source: io::Error::other(e),
-            }),
-        }
+        // An error: the blocking pool is shutting down with the runtime.
+        let read = read.await.map_err(|e| FileError::Read {
+            path: self.path.clone(),
+            source: io::Error::other(e),
+        });
+        read?.map(Fetched::new)
     }
 
     fn describe(&self) -> String {
@@ -135,7 +133,7 @@ impl TokenSource for FileSource {
 
 /// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
 /// an oversize stream is still refused by the token's validation).
-pub(crate) fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
+fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
     let io_err = |source: io::Error| FileError::Read {
         path: path.to_owned(),
         source,

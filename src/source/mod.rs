@@ -80,7 +80,6 @@ pub use func::FnSource;
 #[doc(hidden)]
 pub use token_request::fuzz_parse_response;
 #[cfg(feature = "kube")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub use token_request::{TokenRequestError, TokenRequestSource};
 
 /// How often a file (or a closure) is read again by default.
@@ -305,9 +304,7 @@ pub trait TokenSource: Send + Sync + 'static {
 }
 
 /// A fetch with its type erased, for the store, which holds any source.
-pub(crate) type BoxFetch<'a> = Pin<
-    Box<dyn Future<Output = Result<Fetched, Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>,
->;
+pub(crate) type BoxFetch<'a> = Pin<Box<dyn Future<Output = Result<Fetched, BoxError>> + Send + 'a>>;
 
 /// [`TokenSource`] with its types erased.
 pub(crate) trait DynSource: Send + Sync + 'static {

@@ -133,11 +133,8 @@ impl fmt::Debug for Claims {
 
 /// The claims of `token` if it is a JWT (see the module docs), else `None`.
 pub(crate) fn decode(token: &str) -> Option<Claims> {
-    let mut parts = token.split('.');
-    let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
+    let [header, payload, signature] =
+        <[&str; 3]>::try_from(token.split('.').collect::<Vec<_>>()).ok()?;
     // The signature is not verified, but it must at least be base64url.
     BASE64URL.decode(signature).ok()?;
     json_object(header)?.get("alg")?.as_str()?;
