@@ -52,6 +52,7 @@ use std::time::SystemTime;
 
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
 
 use crate::clock::Rfc3339;
 
@@ -221,15 +222,13 @@ impl Token {
         if let Some(i) = secret.iter().position(|b| !b.is_ascii_graphic()) {
             return Err(TokenError::InvalidByte { offset: start + i });
         }
-        let mut value = bytes::BytesMut::with_capacity(PREFIX.len() + secret.len());
+        let mut value = Zeroizing::new(Vec::with_capacity(PREFIX.len() + secret.len()));
         value.extend_from_slice(PREFIX);
         value.extend_from_slice(secret);
-        // Split off nothing: the buffer becomes a shared one, which each request's clone of
-        // the header only counts up (a `Bytes` made from a `Vec` checks, at every clone,
-        // whether it has been shared yet, and allocates the first time).
-        drop(value.split_off(value.len()));
+        // The buffer is wiped when the last clone of the header (the last request carrying
+        // it) is dropped; each clone only counts up, as a shared buffer's does.
         // Visible ASCII after a fixed prefix is always a valid header value.
-        let mut header = HeaderValue::from_maybe_shared(value.freeze())
+        let mut header = HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(value))
             .map_err(|_| TokenError::InvalidByte { offset: start })?;
         header.set_sensitive(true);
         // Visible ASCII is UTF-8.

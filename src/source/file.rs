@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use zeroize::Zeroizing;
+
 use super::{FetchContext, Fetched, TokenSource};
 
 /// Why a token file could not be read. The store's [`LoadError`](crate::LoadError) that
@@ -115,7 +117,7 @@ impl TokenSource for FileSource {
             path: self.path.clone(),
             source: io::Error::other(e),
         });
-        read?.map(Fetched::new)
+        read?.map(|mut bytes| Fetched::new(std::mem::take(&mut *bytes)))
     }
 
     fn describe(&self) -> String {
@@ -133,7 +135,7 @@ impl TokenSource for FileSource {
 
 /// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
 /// an oversize stream is still refused by the token's validation).
-fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
+fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileError> {
     let io_err = |source: io::Error| FileError::Read {
         path: path.to_owned(),
         source,
@@ -154,7 +156,9 @@ fn read_file(path: &Path, max_size: usize) -> Result<Vec<u8>, FileError> {
         });
     }
     let cap = max_size.saturating_add(1);
-    let mut bytes = Vec::with_capacity((meta.len() as usize).min(cap));
+    // Room for the file as its length says: the buffer moves (leaving an unwiped copy) only
+    // if the file grows while it is read, which no atomic writer does.
+    let mut bytes = Zeroizing::new(Vec::with_capacity((meta.len() as usize).min(cap)));
     // The length can change under us (or be unknown for a pipe): never read past cap + 1.
     file.take(cap as u64)
         .read_to_end(&mut bytes)

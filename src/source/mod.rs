@@ -62,6 +62,8 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
+use zeroize::Zeroizing;
+
 use crate::clock::Clock;
 
 mod exec;
@@ -93,10 +95,10 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What a source returned: the token's bytes, and what the source knows about its dates.
 ///
-/// The bytes are secret: `Debug` shows only their length.
+/// The bytes are secret: `Debug` shows only their length, and they are wiped when dropped.
 #[derive(Clone)]
 pub struct Fetched {
-    bytes: Vec<u8>,
+    bytes: Zeroizing<Vec<u8>>,
     expires_at: Option<SystemTime>,
     refresh_at: Option<SystemTime>,
 }
@@ -106,7 +108,7 @@ impl Fetched {
     /// the rest validated by the store.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
         Self {
-            bytes: bytes.into(),
+            bytes: Zeroizing::new(bytes.into()),
             expires_at: None,
             refresh_at: None,
         }
