@@ -81,16 +81,9 @@ pub(crate) enum Failure {
 pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
     match failure {
         Failure::Refused | Failure::NotWritten => true,
-        Failure::Uncertain => is_idempotent(method),
+        // RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), and QUERY.
+        Failure::Uncertain => method.is_idempotent(),
     }
-}
-
-/// RFC 9110 §9.2.2's idempotent methods.
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.

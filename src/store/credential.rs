@@ -23,7 +23,7 @@ macro_rules! event {
             kind if kind == $crate::store::credential::Kind::TOKEN => {
                 tracing::$level!($($fields)* $token)
             }
-            other => tracing::$level!(credential = %other, $($fields)* $other),
+            other => tracing::$level!(credential = %other.name, $($fields)* $other),
         }
     };
 }
@@ -51,12 +51,6 @@ impl Kind {
         metric: "token",
         max_size: crate::token::DEFAULT_MAX_SIZE,
     };
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
-    }
 }
 
 /// What a store holds. Implemented by [`Token`] and (feature `tls`) by a
@@ -129,7 +123,6 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     }
 
     /// When it was issued, if it says.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn issued_at(&self) -> Option<SystemTime> {
         None
     }

@@ -9,7 +9,7 @@
 //! read runs and at most one waits, however many callers ask.
 //!
 //! This file keeps the books ([`Flight`]: which read answers whom, what is queued, what
-//! is done) and knows nothing of the store; `reload.rs` runs the reads it numbers. The
+//! is done) and knows nothing of the store; `shared.rs` runs the reads it numbers. The
 //! task holds only a weak reference to the store and the source, so it never keeps a
 //! dropped store alive; the store aborts it when dropped.
 
@@ -26,20 +26,11 @@ use crate::sync::lock;
 
 /// Whether a failed read is recorded and logged as a failure, or left quiet (the
 /// watcher's first attempts right after an event, which a half-written file can fail).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Reported when any caller of a read asks for it (the greater).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum OnFailure {
-    Report,
     Quiet,
-}
-
-impl OnFailure {
-    fn or(self, other: OnFailure) -> OnFailure {
-        if self == OnFailure::Report || other == OnFailure::Report {
-            OnFailure::Report
-        } else {
-            OnFailure::Quiet
-        }
-    }
+    Report,
 }
 
 /// Which read may answer a caller.
@@ -63,7 +54,7 @@ impl Ask {
     fn merge(self, other: Ask) -> Ask {
         Ask {
             trigger: self.trigger,
-            report: self.report.or(other.report),
+            report: self.report.max(other.report),
         }
     }
 }
@@ -80,9 +71,8 @@ pub(super) struct Flight {
 pub(super) struct Reads {
     /// The number of the last read started; the first read, at load, is 1.
     started: u64,
-    /// The read running now, who asked for it, and its task (none for a read made on the
-    /// caller's thread: [`Flight::begin_now`]).
-    running: Option<(Ask, Option<AbortHandle>)>,
+    /// The read running now, who asked for it, and its task.
+    running: Option<(Ask, AbortHandle)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
 }
@@ -165,7 +155,7 @@ impl Flight {
         drop(done);
         flight.started += 1;
         let n = flight.started;
-        flight.running = Some((ask, Some(start(n, ask.trigger))));
+        flight.running = Some((ask, start(n, ask.trigger)));
         Ticket::Wait(n)
     }
 
@@ -185,7 +175,7 @@ impl Flight {
     /// Aborts the running read (the store is being dropped).
     pub(super) fn abort(&mut self) {
         let reads = self.reads.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, Some(task))) = reads.running.take() {
+        if let Some((_, task)) = reads.running.take() {
             task.abort();
         }
     }
