@@ -61,6 +61,7 @@ impl Ask {
 
 /// A store's single flight: the reads asked for, started and queued, and the last one
 /// done, published to the callers waiting for it.
+#[derive(Default)]
 pub(super) struct Flight {
     reads: Mutex<Reads>,
     done: watch::Sender<Done>,
@@ -69,7 +70,7 @@ pub(super) struct Flight {
 /// The reads asked for, started and queued.
 #[derive(Default)]
 pub(super) struct Reads {
-    /// The number of the last read started; the first read, at load, is 1.
+    /// The number of the last read started; the load is read 0.
     started: u64,
     /// The read running now, who asked for it, and its task.
     running: Option<(Ask, AbortHandle)>,
@@ -85,29 +86,11 @@ pub(super) struct Done {
     result: Option<Result<Reloaded, LoadError>>,
 }
 
-/// How a caller's request for a read is answered.
-pub(super) enum Ticket {
-    /// By a read already done.
-    Answered(Result<Reloaded, LoadError>),
-    /// By read number `n`, running or queued.
-    Wait(u64),
-}
+/// The number of the read that answers a caller (running, queued or done): its result, or
+/// a later read's.
+pub(super) type Ticket = u64;
 
 impl Flight {
-    /// The flight of a store just loaded: read 1 (the load) done.
-    pub(super) fn new() -> Self {
-        Self {
-            reads: Mutex::new(Reads {
-                started: 1,
-                ..Reads::default()
-            }),
-            done: watch::Sender::new(Done {
-                read: 1,
-                result: None,
-            }),
-        }
-    }
-
     /// The number of the last read started.
     pub(super) fn started(&self) -> u64 {
         lock(&self.reads).started
@@ -141,22 +124,20 @@ impl Flight {
         if let Some((running, _)) = &mut flight.running {
             if flight.started >= wanted {
                 *running = running.merge(ask);
-                return Ticket::Wait(flight.started);
+                return flight.started;
             }
             flight.queued = Some(flight.queued.map_or(ask, |q| q.merge(ask)));
-            return Ticket::Wait(flight.started + 1);
+            return flight.started + 1;
         }
         let done = self.done.borrow();
-        if done.read >= wanted
-            && let Some(result) = &done.result
-        {
-            return Ticket::Answered(result.clone());
+        if done.read >= wanted && done.result.is_some() {
+            return done.read;
         }
         drop(done);
         flight.started += 1;
         let n = flight.started;
         flight.running = Some((ask, start(n, ask.trigger)));
-        Ticket::Wait(n)
+        n
     }
 
     /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
@@ -217,18 +198,14 @@ impl Reads {
     }
 }
 
-/// Waits until the read a ticket names is done; `None` when the store was dropped first.
+/// Waits until the read a ticket names (or a later one) is done; `None` when the store was
+/// dropped first.
 pub(super) async fn wait(
     mut done: watch::Receiver<Done>,
     ticket: Ticket,
 ) -> Option<Result<Reloaded, LoadError>> {
-    match ticket {
-        Ticket::Answered(result) => Some(result),
-        Ticket::Wait(n) => {
-            let done = done.wait_for(|d| d.read >= n).await.ok()?;
-            done.result.clone()
-        }
-    }
+    let done = done.wait_for(|d| d.read >= ticket).await.ok()?;
+    done.result.clone()
 }
 
 /// Fetches with time limit `timeout`, and wraps the source's error with its origin.
@@ -238,14 +215,14 @@ pub(super) async fn fetch(
     timeout: Duration,
     cx: FetchContext,
 ) -> Result<Fetched, LoadError> {
+    let origin = origin.clone();
     match tokio::time::timeout(timeout, source.fetch_dyn(cx)).await {
-        Ok(Ok(fetched)) => Ok(fetched),
-        Ok(Err(error)) => Err(LoadError::Fetch {
-            origin: origin.clone(),
-            error: Arc::from(error),
+        Ok(fetched) => fetched.map_err(|e| LoadError::Fetch {
+            origin,
+            error: Arc::from(e),
         }),
         Err(_) => Err(LoadError::Timeout {
-            origin: origin.clone(),
+            origin,
             after: timeout,
         }),
     }
@@ -261,15 +238,10 @@ impl Flight {
 
 /// The reads of a store, as they complete (`Store::reads_done`): what a store that follows
 /// it waits on.
-pub(crate) struct ReadsDone(watch::Receiver<Done>);
+pub(crate) struct ReadsDone(pub(super) watch::Receiver<Done>);
 
 impl ReadsDone {
-    pub(super) fn new(done: watch::Receiver<Done>) -> Self {
-        Self(done)
-    }
-
     /// Waits for the next read to complete; `false` once the store is gone.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) async fn next(&mut self) -> bool {
         self.0.changed().await.is_ok()
     }

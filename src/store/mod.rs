@@ -53,8 +53,9 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use crate::source::{DynSource, FetchContext, Trigger};
@@ -77,9 +78,9 @@ pub(crate) use status::RetryOutcome;
 pub use status::{Status, WatchState};
 
 use credential::event;
-use flight::{Ask, Ticket, fetch, wait};
+use flight::{Ask, Flight, Ticket, fetch, wait};
 use shared::{Shared, credential_of, word};
-use status::{Counters, Reloaded};
+use status::{Counters, ExpiryWarnings, Reloaded};
 
 /// The current token of one source, shared by every request: cheap to clone, lock-free to
 /// read.
@@ -192,7 +193,25 @@ impl<C: Credential> Store<C> {
         };
         let first = first.stamped(stamp);
         event!(C::KIND, info, { source = %origin, token = %first, }, "token loaded", "loaded");
-        let shared = Shared::new(first, source, parser, origin, config, restart);
+        crate::metrics::describe();
+        let shared = Shared {
+            credential: ArcSwap::from_pointee(first),
+            word: AtomicU64::new(1),
+            generations: watch::Sender::new(1),
+            last_error: Mutex::default(),
+            source,
+            parser,
+            label: (config.name.as_deref()).map_or_else(|| origin.clone(), Arc::from),
+            origin,
+            config,
+            runtime: Mutex::new(tokio::runtime::Handle::current()),
+            flight: Flight::default(),
+            counters: Counters::first_read(),
+            refusals: Mutex::default(),
+            watch_state: Mutex::new(WatchState::Off),
+            expiry: ExpiryWarnings::default(),
+            restart,
+        };
         crate::metrics::reload(&shared.label, Trigger::Load.as_str(), "unchanged");
         crate::metrics::watch_state(&shared.label, WatchState::Off.metric());
         shared.check_expiry();
@@ -328,13 +347,34 @@ impl<C: Credential> Store<C> {
         if self.newer_than(sent).is_some() {
             return None;
         }
-        let wanted = s.refusals.read_for(
-            certainty,
-            sent,
-            arrived,
-            s.config.unauthorized_interval,
-            &s.counters,
-        );
+        let mut refusals = lock(&s.refusals);
+        let last = &mut refusals[certainty as usize];
+        let now = Instant::now();
+        let wanted = match *last {
+            // This generation was refused before, and a read was asked for then, within
+            // the rate limit: that read started after the server had revoked the token,
+            // so its answer (or a later read's) holds for this response too. A token
+            // that is simply wrong costs one read per interval, however many requests.
+            Some(r)
+                if r.generation >= sent
+                    && now.duration_since(r.at) < s.config.unauthorized_interval =>
+            {
+                r.read
+            }
+            // Else the first read to start after the response arrived.
+            _ => {
+                *last = Some(RefusalRead {
+                    at: now,
+                    generation: sent,
+                    read: arrived + 1,
+                });
+                if certainty == Certainty::Certain {
+                    Counters::bump(&s.counters.unauthorized_reloads);
+                }
+                arrived + 1
+            }
+        };
+        drop(refusals);
         let ask = Ask {
             trigger: Trigger::Unauthorized,
             report: OnFailure::Report,
@@ -407,20 +447,17 @@ impl<C: Credential> Store<C> {
 /// the store of the file).
 impl<C: Credential> Store<C> {
     /// A receiver that changes as each read of the source completes, whatever its result.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn reads_done(&self) -> ReadsDone {
-        ReadsDone::new(self.shared.flight.subscribe())
+        ReadsDone(self.shared.flight.subscribe())
     }
 
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn last_error(&self) -> Option<LoadError> {
         self.shared.last_error()
     }
 
     /// Whether the store learns of changes to its files as they happen.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn watch_state(&self) -> WatchState {
         lock(&self.shared.watch_state).clone()
     }
@@ -527,60 +564,15 @@ pub(crate) enum Certainty {
     Possible,
 }
 
-/// A read asked for by a refusal.
+/// A read asked for by a refusal. A store keeps the last of each [`Certainty`]: each is
+/// rate-limited on its own, so that a possible refusal (a connection that closed, which
+/// may have happened before the rotation was written) never spends the read that a
+/// certain one of the same generation needs.
 #[derive(Clone, Copy)]
 struct RefusalRead {
     at: Instant,
     generation: u64,
     read: u64,
-}
-
-/// The last read asked for by each kind of refusal: each is rate-limited on its own, so
-/// that a possible refusal (a connection that closed, which may have happened before the
-/// rotation was written) never spends the read that a certain one of the same
-/// generation needs.
-#[derive(Default)]
-pub(super) struct Refusals {
-    /// By [`Certainty`], in its order.
-    last: Mutex<[Option<RefusalRead>; 2]>,
-}
-
-impl Refusals {
-    /// The number of the read that answers a refusal of generation `sent`: the one asked
-    /// for by an earlier refusal of the same certainty to the same token within
-    /// `interval`, else the first read to start after `arrived` (the last read started
-    /// when the response arrived), counted in `counters` when the refusal is certain.
-    pub(super) fn read_for(
-        &self,
-        certainty: Certainty,
-        sent: u64,
-        arrived: u64,
-        interval: Duration,
-        counters: &Counters,
-    ) -> u64 {
-        let mut reads = lock(&self.last);
-        let last = &mut reads[certainty as usize];
-        let now = Instant::now();
-        match *last {
-            // This generation was refused before, and a read was asked for then, within
-            // the rate limit: that read started after the server had revoked the token,
-            // so its answer (or a later read's) holds for this response too. A token
-            // that is simply wrong costs one read per interval, however many requests.
-            Some(r) if r.generation >= sent && now.duration_since(r.at) < interval => r.read,
-            _ => {
-                let read = arrived + 1;
-                *last = Some(RefusalRead {
-                    at: now,
-                    generation: sent,
-                    read,
-                });
-                if certainty == Certainty::Certain {
-                    Counters::bump(&counters.unauthorized_reloads);
-                }
-                read
-            }
-        }
-    }
 }
 
 /// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and

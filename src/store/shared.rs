@@ -88,7 +88,8 @@ pub(crate) struct Shared<C: Credential> {
     pub(super) runtime: Mutex<tokio::runtime::Handle>,
     pub(super) flight: Flight,
     pub(super) counters: Counters,
-    pub(super) refusals: super::Refusals,
+    /// The last read asked for by refusals, by [`Certainty`](super::Certainty).
+    pub(super) refusals: Mutex<[Option<super::RefusalRead>; 2]>,
     pub(super) watch_state: Mutex<WatchState>,
     pub(super) expiry: ExpiryWarnings,
     /// How to start the refresher again when it stops while the store lives; `None` for a
@@ -97,40 +98,6 @@ pub(crate) struct Shared<C: Credential> {
 }
 
 impl<C: Credential> Shared<C> {
-    /// The state of a store just loaded with `first` (generation 1, read 1 done), on the
-    /// current runtime.
-    pub(super) fn new(
-        first: C,
-        source: Arc<dyn DynSource>,
-        parser: C::Parser,
-        origin: Arc<str>,
-        config: Config,
-        restart: Option<Restart<C>>,
-    ) -> Self {
-        crate::metrics::describe();
-        Shared {
-            credential: ArcSwap::from_pointee(first),
-            word: AtomicU64::new(1),
-            generations: watch::Sender::new(1),
-            last_error: Mutex::new(None),
-            source,
-            parser,
-            label: config
-                .name
-                .as_deref()
-                .map_or_else(|| origin.clone(), Arc::from),
-            origin,
-            config,
-            runtime: Mutex::new(tokio::runtime::Handle::current()),
-            flight: Flight::new(),
-            counters: Counters::first_read(),
-            refusals: super::Refusals::default(),
-            watch_state: Mutex::new(WatchState::Off),
-            expiry: ExpiryWarnings::default(),
-            restart,
-        }
-    }
-
     /// The word: the generation and the flags. One atomic load.
     #[inline]
     pub(super) fn word(&self) -> u64 {
