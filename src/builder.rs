@@ -268,7 +268,8 @@ impl<S> StoreBuilder<S> {
     /// A [`LoadError`] naming the source when the first fetch fails, takes longer than the
     /// time limit, or does not yield a valid credential.
     pub async fn load(self) -> Result<S, LoadError> {
-        let (store, _) = (self.build)(self.parts, Refresher::Spawned).await?;
+        let (store, refresher) = (self.build)(self.parts, Refresher::Spawned).await?;
+        tokio::spawn(refresher);
         Ok(store)
     }
 
@@ -299,9 +300,7 @@ impl<S> StoreBuilder<S> {
     /// # Ok(()) }
     /// ```
     pub async fn pair(self) -> Result<(S, impl Future<Output = ()> + Send + 'static), LoadError> {
-        let (store, refresher) = (self.build)(self.parts, Refresher::Caller).await?;
-        let refresher = refresher.expect("a refresher for the caller");
-        Ok((store, refresher))
+        (self.build)(self.parts, Refresher::Caller).await
     }
 }
 
@@ -333,31 +332,23 @@ type Build<S> = Box<
     dyn FnOnce(
             Parts,
             Refresher,
-        )
-            -> Pin<Box<dyn Future<Output = Result<(S, Option<Running>), LoadError>> + Send>>
+        ) -> Pin<Box<dyn Future<Output = Result<(S, Running), LoadError>> + Send>>
         + Send,
 >;
 
-/// Loads a store of `C`, starts its refresher (or hands it back), and hands the store out
-/// as `finish` makes it.
+/// Loads a store of `C` and hands it out as `finish` makes it, with its refresher to run
+/// (which the store starts again if `refresher` says the crate runs it).
 async fn build<C: Credential, S>(
     parts: Parts,
     parser: C::Parser,
     refresher: Refresher,
     finish: fn(Store<C>) -> S,
-) -> Result<(S, Option<Running>), LoadError> {
-    let Parts {
-        source,
-        origin,
-        config,
-        plan,
-        ..
-    } = parts;
+) -> Result<(S, Running), LoadError> {
     let plan = Plan {
-        clock: config.clock,
-        ..plan
+        clock: parts.config.clock,
+        ..parts.plan
     };
-    let limit = config.fetch_timeout;
+    let limit = parts.config.fetch_timeout;
     let restart = (refresher == Refresher::Spawned).then(|| {
         let plan = plan.clone();
         Box::new(move |weak: WeakStore<C>| {
@@ -365,16 +356,9 @@ async fn build<C: Credential, S>(
             caught_up(weak, subscribe, Trigger::Timer)
         }) as Restart<C>
     });
-    let store = Store::<C>::load(source, parser, origin, config, restart).await?;
+    let store = Store::<C>::load(parts.source, parser, parts.origin, parts.config, restart).await?;
     let running = subscribed(&store, &plan, limit).await;
-    let background = match refresher {
-        Refresher::Spawned => {
-            tokio::spawn(running);
-            None
-        }
-        Refresher::Caller => Some(running),
-    };
-    Ok((finish(store), background))
+    Ok((finish(store), running))
 }
 
 /// The store's refresher, subscribed: the status says the watch is on once this returns.

@@ -64,7 +64,8 @@ impl Ask {
 #[derive(Default)]
 pub(super) struct Flight {
     reads: Mutex<Reads>,
-    done: watch::Sender<Done>,
+    /// The last read done (its receivers: the callers waiting).
+    pub(super) done: watch::Sender<Done>,
 }
 
 /// The reads asked for, started and queued.
@@ -225,14 +226,6 @@ pub(super) async fn fetch(
             origin,
             after: timeout,
         }),
-    }
-}
-
-#[cfg(test)]
-impl Flight {
-    /// How many callers wait for reads (tests).
-    pub(super) fn waiting(&self) -> usize {
-        self.done.receiver_count()
     }
 }
 

@@ -74,7 +74,6 @@ pub(crate) use error::Chain;
 pub use error::LoadError;
 pub(crate) use flight::{OnFailure, ReadsDone, Recency};
 pub(crate) use shared::{Config, Restart, Running};
-pub(crate) use status::RetryOutcome;
 pub use status::{Status, WatchState};
 
 use credential::event;
@@ -408,32 +407,19 @@ impl<C: Credential> Store<C> {
         Some(self.current()).filter(|t| t.generation() > sent)
     }
 
-    /// Counts a request sent again after a refusal that needs no header (a client
-    /// certificate's).
-    #[cfg(feature = "tls")]
+    /// Counts a request sent again after a refusal (with a newer token, or for a client
+    /// certificate's refusal, which needs no header).
     pub(crate) fn count_retried(&self) {
-        self.count_retry(RetryOutcome::Sent);
+        Counters::bump(&self.shared.counters.retries);
     }
 
     /// Counts how a request sent again went: `refused` when it met a 401 too.
     pub(crate) fn count_resent(&self, refused: bool) {
-        self.count_retry(if refused {
-            RetryOutcome::Refused
-        } else {
-            RetryOutcome::Succeeded
-        });
-    }
-
-    pub(crate) fn count_retry(&self, outcome: RetryOutcome) {
         let s = &self.shared;
-        match outcome {
-            RetryOutcome::Sent => Counters::bump(&s.counters.retries),
-            RetryOutcome::Succeeded => {
-                Counters::bump(&s.counters.retries_succeeded);
-                crate::metrics::retry(&s.label, "succeeded");
-            }
-            RetryOutcome::Refused => crate::metrics::retry(&s.label, "refused"),
+        if !refused {
+            Counters::bump(&s.counters.retries_succeeded);
         }
+        crate::metrics::retry(&s.label, if refused { "refused" } else { "succeeded" });
     }
 
     /// Counts a request that kept its own `Authorization` (metrics only).
@@ -478,7 +464,7 @@ impl Store<Token> {
     pub(crate) fn resend(&self, headers: &mut http::HeaderMap) {
         let token = self.current();
         headers.insert(http::header::AUTHORIZATION, token.header_value().clone());
-        self.count_retry(RetryOutcome::Sent);
+        self.count_retried();
     }
 }
 

@@ -1,5 +1,5 @@
 //! What a store tells about itself: [`Status`], [`WatchState`], the counters behind them,
-//! the outcomes they count ([`Reloaded`], [`RetryOutcome`]), and the warnings of a stalled
+//! what a read did ([`Reloaded`]), and the warnings of a stalled
 //! rotator ([`ExpiryWarnings`]).
 
 use std::fmt;
@@ -130,17 +130,6 @@ pub(crate) enum Reloaded {
     Unchanged,
     /// A new token was installed.
     Rotated,
-}
-
-/// How a retry went, for the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RetryOutcome {
-    /// The request was sent again with a newer token.
-    Sent,
-    /// The second response was not unauthorized.
-    Succeeded,
-    /// The second response was unauthorized too.
-    Refused,
 }
 
 /// What a store counts, for its status.
