@@ -240,12 +240,11 @@ impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
             match this.step.as_mut().project() {
                 StepProj::Reloading { reload } => {
                     let newer = ready!(reload.as_mut().poll(cx));
+                    let response = this.response.take().expect("polled after completion");
                     if !newer || !replayable.take().is_some_and(|f| f()) {
                         this.step.set(Step::Done);
-                        let response = this.response.take().expect("polled after completion");
                         return Poll::Ready(Err(response));
                     }
-                    let response = this.response.take().expect("polled after completion");
                     this.step.set(Step::Draining {
                         body: response.into_body(),
                         read: 0,

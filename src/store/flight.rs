@@ -172,19 +172,15 @@ impl Reads {
     /// Ends the running read: the read queued meanwhile, now running (its number and
     /// trigger), if any.
     pub(super) fn next(&mut self) -> Option<(u64, Trigger)> {
-        match self.queued.take() {
-            Some(next) => {
-                self.started += 1;
-                if let Some((ask, _)) = &mut self.running {
-                    *ask = next;
-                }
-                Some((self.started, next.trigger))
-            }
-            None => {
-                self.running = None;
-                None
-            }
+        let Some(next) = self.queued.take() else {
+            self.running = None;
+            return None;
+        };
+        self.started += 1;
+        if let Some((ask, _)) = &mut self.running {
+            *ask = next;
         }
+        Some((self.started, next.trigger))
     }
 
     /// Ends the running read, and the one queued after it, which cannot run either (the

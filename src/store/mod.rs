@@ -205,7 +205,7 @@ impl<C: Credential> Store<C> {
             config,
             runtime: Mutex::new(tokio::runtime::Handle::current()),
             flight: Flight::default(),
-            counters: Counters::first_read(),
+            counters: Counters::default(),
             refusals: Mutex::default(),
             watch_state: Mutex::new(WatchState::Off),
             expiry: ExpiryWarnings::default(),
@@ -214,6 +214,8 @@ impl<C: Credential> Store<C> {
         crate::metrics::reload(&shared.label, Trigger::Load.as_str(), "unchanged");
         crate::metrics::watch_state(&shared.label, WatchState::Off.metric());
         shared.check_expiry();
+        // The load is a read.
+        Counters::bump(&shared.counters.reads);
         Ok(Store {
             shared: Arc::new(shared),
         })

@@ -317,32 +317,31 @@ pub(super) fn credential_of<C: Credential>(
 }
 
 /// The read task: read `n`, then any read queued meanwhile, until none is.
-async fn read_loop<C: Credential>(store: Weak<Shared<C>>, mut n: u64, mut trigger: Trigger) {
+async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Trigger) {
     let Some((source, origin, config)) = store
         .upgrade()
         .map(|s| (s.source.clone(), s.origin.clone(), s.config.clone()))
     else {
         return;
     };
-    let mut unfinished = Unfinished {
-        store: store.clone(),
-        read: n,
+    let mut task = Unfinished {
+        store,
+        read,
         trigger,
     };
     loop {
-        let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
+        let cx = FetchContext::new(task.trigger, config.max_size).on(config.clock);
         let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await;
-        let Some(shared) = store.upgrade() else {
+        let Some(shared) = task.store.upgrade() else {
             return;
         };
-        match shared.finish(n, trigger, fetched) {
-            Some(next) => (n, trigger) = next,
+        match shared.finish(task.read, task.trigger, fetched) {
+            Some(next) => (task.read, task.trigger) = next,
             None => {
-                unfinished.read = 0;
+                task.read = 0;
                 return;
             }
         }
-        (unfinished.read, unfinished.trigger) = (n, trigger);
     }
 }
 

@@ -145,14 +145,6 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// The counters of a store just loaded: one read, the load's.
-    pub(crate) fn first_read() -> Self {
-        Self {
-            reads: AtomicU64::new(1),
-            ..Self::default()
-        }
-    }
-
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
