@@ -185,12 +185,7 @@ impl<C: Credential> Store<C> {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
         let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await?;
-        let first: C = credential_of(fetched, &parser, &origin, &config)?;
-        let stamp = Stamp {
-            generation: 1,
-            ..*first.stamp()
-        };
-        let first = first.stamped(stamp);
+        let first: C = credential_of(fetched, &parser, &origin, &config, 1)?;
         event!(C::KIND, info, { source = %origin, token = %first, }, "token loaded", "loaded");
         crate::metrics::describe();
         let shared = Shared {
@@ -429,11 +424,10 @@ impl<C: Credential> Store<C> {
     pub(crate) fn count_kept_authorization(&self) {
         crate::metrics::kept_authorization(&self.shared.label);
     }
-}
 
-/// What a store that follows this one reads of it (the credentials of a kubeconfig follow
-/// the store of the file).
-impl<C: Credential> Store<C> {
+    // What a store that follows this one reads of it (the credentials of a kubeconfig
+    // follow the store of the file).
+
     /// A receiver that changes as each read of the source completes, whatever its result.
     pub(crate) fn reads_done(&self) -> ReadsDone {
         ReadsDone(self.shared.flight.subscribe())

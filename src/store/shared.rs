@@ -24,15 +24,17 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
+use tracing::field::display;
 
 use super::WeakStore;
 use super::credential::{Credential, Stamp, event};
 use super::error::{Chain, LoadError};
 use super::flight::{Ask, Flight, OnFailure, Ticket, fetch};
 use super::status::{Counters, ExpiryWarnings, Reloaded, WatchState};
-use crate::clock::Clock;
+use crate::clock::{Clock, Rfc3339};
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
+use crate::token::Freshness;
 
 /// What the store needs to know of its options.
 #[derive(Debug, Clone)]
@@ -114,18 +116,51 @@ impl<C: Credential> Shared<C> {
     /// publishes the token's gauges.
     pub(super) fn check_expiry(&self) {
         let current = self.credential.load();
-        self.expiry
-            .check(&**current, self.config.clock.now(), &self.origin);
-        let stalled = self.expiry.stalled_since(&**current).is_some();
+        let (token, e) = (&**current, &self.expiry);
+        let generation = token.generation();
+        // `fetch_max`: a check of an older token that finishes late cannot re-arm a warning.
+        let first = |seen: &AtomicU64| seen.fetch_max(generation, Ordering::AcqRel) < generation;
+        let exp = token.expires_at().map(|t| display(Rfc3339(t)));
+        let freshness = token.freshness_at(self.config.clock.now());
+        if freshness.is_stale() {
+            e.stalled.fetch_max(generation, Ordering::AcqRel);
+        }
+        match freshness {
+            Freshness::Expired => {
+                // An expired token is past overdue too: one warning says it all.
+                e.overdue.fetch_max(generation, Ordering::AcqRel);
+                if first(&e.expired) {
+                    tracing::warn!(
+                        source = %self.origin,
+                        %token,
+                        exp,
+                        "the token in use has expired and its source holds no newer token: \
+                         the server will refuse it"
+                    );
+                }
+            }
+            Freshness::Overdue if first(&e.overdue) => {
+                let overdue = token.overdue_at().map(|t| display(Rfc3339(t)));
+                tracing::warn!(
+                    source = %self.origin,
+                    %token,
+                    exp,
+                    overdue,
+                    "the token in use is overdue for rotation and its source holds no \
+                     newer token (a subPath mount, or a kubelet or writer that stopped?)"
+                );
+            }
+            _ => {}
+        }
         crate::metrics::token(
             &self.label,
             &crate::metrics::TokenGauges {
                 kind: C::KIND.metric,
-                generation: current.generation(),
-                expires_at: current.expires_at(),
-                issued_at: current.issued_at().unwrap_or(current.loaded_at()),
-                changed_at: current.loaded_at(),
-                stalled,
+                generation,
+                expires_at: token.expires_at(),
+                issued_at: token.issued_at().unwrap_or(token.loaded_at()),
+                changed_at: token.loaded_at(),
+                stalled: e.stalled_since(token).is_some(),
             },
         );
     }
@@ -199,15 +234,7 @@ impl<C: Credential> Shared<C> {
         );
         *lock(&self.last_error) = Some(error.clone());
     }
-}
 
-impl<C: Credential> Drop for Shared<C> {
-    fn drop(&mut self) {
-        self.flight.abort();
-    }
-}
-
-impl<C: Credential> Shared<C> {
     /// The refresher was dropped before the store: report it, and let the next use start
     /// it again (see the module docs).
     pub(super) fn refresher_stopped(&self) {
@@ -251,9 +278,7 @@ impl<C: Credential> Shared<C> {
             "the store's refresher started again on the current runtime"
         );
     }
-}
 
-impl<C: Credential> Shared<C> {
     /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
     pub(super) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
         self.flight
@@ -281,7 +306,7 @@ impl<C: Credential> Shared<C> {
     ) -> Option<(u64, Trigger)> {
         Counters::bump(&self.counters.reads);
         let result = fetched
-            .and_then(|f| credential_of(f, &self.parser, &self.origin, &self.config))
+            .and_then(|f| credential_of(f, &self.parser, &self.origin, &self.config, 0))
             .map(|token| self.install(token, trigger));
         let outcome = match result {
             Ok(Reloaded::Rotated) => "rotated",
@@ -299,16 +324,23 @@ impl<C: Credential> Shared<C> {
     }
 }
 
-/// A fetched read as a store's credential, stamped with the time of the read on the
-/// store's clock and the source's dates (generation 0 until it is installed).
+impl<C: Credential> Drop for Shared<C> {
+    fn drop(&mut self) {
+        self.flight.abort();
+    }
+}
+
+/// A fetched read as a store's credential of `generation` (0 until it is installed),
+/// stamped with the time of the read on the store's clock and the source's dates.
 pub(super) fn credential_of<C: Credential>(
     fetched: Fetched,
     parser: &C::Parser,
     origin: &Arc<str>,
     config: &Config,
+    generation: u64,
 ) -> Result<C, LoadError> {
     let stamp = Stamp {
-        generation: 0,
+        generation,
         loaded_at: config.clock.now(),
         source_expiry: fetched.expires_at(),
         refresh_at: fetched.refresh_at(),
