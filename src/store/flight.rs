@@ -50,15 +50,6 @@ pub(crate) struct Ask {
     pub(crate) report: OnFailure,
 }
 
-impl Ask {
-    fn merge(self, other: Ask) -> Ask {
-        Ask {
-            trigger: self.trigger,
-            report: self.report.max(other.report),
-        }
-    }
-}
-
 /// A store's single flight: the reads asked for, started and queued, and the last one
 /// done, published to the callers waiting for it.
 #[derive(Default)]
@@ -106,11 +97,6 @@ impl Flight {
         }
     }
 
-    /// A receiver of the reads done, for [`wait`].
-    pub(super) fn subscribe(&self) -> watch::Receiver<Done> {
-        self.done.subscribe()
-    }
-
     /// Asks for read number `wanted` or a later one, joining or queueing it as needed, or
     /// starting it with `start` (called with the lock held: the read's number and who
     /// asked for it).
@@ -123,11 +109,13 @@ impl Flight {
         let mut guard = lock(&self.reads);
         let flight = &mut *guard;
         if let Some((running, _)) = &mut flight.running {
+            // A failure is reported if any caller of the read asks for that.
             if flight.started >= wanted {
-                *running = running.merge(ask);
+                running.report = running.report.max(ask.report);
                 return flight.started;
             }
-            flight.queued = Some(flight.queued.map_or(ask, |q| q.merge(ask)));
+            let queued = flight.queued.get_or_insert(ask);
+            queued.report = queued.report.max(ask.report);
             return flight.started + 1;
         }
         let done = self.done.borrow();

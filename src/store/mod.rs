@@ -388,7 +388,7 @@ impl<C: Credential> Store<C> {
         certainty: Certainty,
     ) -> Option<Arc<C>> {
         if let Some(ticket) = self.refused(sent, certainty) {
-            wait(self.shared.flight.subscribe(), ticket).await;
+            wait(self.shared.flight.done.subscribe(), ticket).await;
         }
         self.newer_than(sent)
     }
@@ -430,7 +430,7 @@ impl<C: Credential> Store<C> {
 
     /// A receiver that changes as each read of the source completes, whatever its result.
     pub(crate) fn reads_done(&self) -> ReadsDone {
-        ReadsDone(self.shared.flight.subscribe())
+        ReadsDone(self.shared.flight.done.subscribe())
     }
 
     /// The error of the last read, if it failed and was reported; `None` once a read
@@ -508,7 +508,7 @@ impl<C: Credential> WeakStore<C> {
             let shared = self.shared.upgrade()?;
             let wanted = shared.flight.wanted(recency);
             let ask = Ask { trigger, report };
-            (shared.flight.subscribe(), shared.ask(wanted, ask))
+            (shared.flight.done.subscribe(), shared.ask(wanted, ask))
         };
         wait(done, ticket).await
     }
