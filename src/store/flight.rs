@@ -13,7 +13,7 @@
 //! task holds only a weak reference to the store and the source, so it never keeps a
 //! dropped store alive; the store aborts it when dropped.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -54,7 +54,8 @@ pub(crate) struct Ask {
 /// done, published to the callers waiting for it.
 #[derive(Default)]
 pub(super) struct Flight {
-    reads: Mutex<Reads>,
+    /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
+    pub(super) reads: Mutex<Reads>,
     /// The last read done (its receivers: the callers waiting).
     pub(super) done: watch::Sender<Done>,
 }
@@ -63,7 +64,7 @@ pub(super) struct Flight {
 #[derive(Default)]
 pub(super) struct Reads {
     /// The number of the last read started; the load is read 0.
-    started: u64,
+    pub(super) started: u64,
     /// The read running now, who asked for it, and its task.
     running: Option<(Ask, AbortHandle)>,
     /// A read asked for after the running one started: it starts when that one ends.
@@ -83,11 +84,6 @@ pub(super) struct Done {
 pub(super) type Ticket = u64;
 
 impl Flight {
-    /// The number of the last read started.
-    pub(super) fn started(&self) -> u64 {
-        lock(&self.reads).started
-    }
-
     /// The number of a read that answers a caller asking now with `recency`.
     pub(super) fn wanted(&self, recency: Recency) -> u64 {
         let reads = lock(&self.reads);
@@ -127,11 +123,6 @@ impl Flight {
         let n = flight.started;
         flight.running = Some((ask, start(n, ask.trigger)));
         n
-    }
-
-    /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
-    pub(super) fn lock(&self) -> MutexGuard<'_, Reads> {
-        lock(&self.reads)
     }
 
     /// Publishes read `n`'s result to the callers waiting for it.

@@ -339,7 +339,7 @@ impl<C: Credential> Store<C> {
         }
         // Reads started before this response arrived may have started before the server
         // revoked the token, and before its successor was written: they do not count.
-        let arrived = s.flight.started();
+        let arrived = lock(&s.flight.reads).started;
         if self.newer_than(sent).is_some() {
             return None;
         }

@@ -314,7 +314,7 @@ impl<C: Credential> Shared<C> {
             Err(_) => "failed",
         };
         crate::metrics::reload(&self.label, trigger.as_str(), outcome);
-        let mut reads = self.flight.lock();
+        let mut reads = lock(&self.flight.reads);
         if let (Err(error), Some(OnFailure::Report)) = (&result, reads.report()) {
             self.report_failure(error, trigger);
         }
@@ -403,7 +403,7 @@ impl<C: Credential> Drop for Unfinished<C> {
         };
         shared.report_failure(&error, self.trigger);
         let flight = &shared.flight;
-        let mut reads = flight.lock();
+        let mut reads = lock(&flight.reads);
         // The queued read cannot run either: it ends with the same error, and the next
         // caller starts anew.
         let read = reads.abandon();
