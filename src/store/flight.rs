@@ -54,7 +54,7 @@ pub(crate) struct Ask {
 /// done, published to the callers waiting for it.
 #[derive(Default)]
 pub(super) struct Flight {
-    /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
+    /// The books, held while a read ends (see [`Reads::next`]).
     pub(super) reads: Mutex<Reads>,
     /// The last read done (its receivers: the callers waiting).
     pub(super) done: watch::Sender<Done>,
@@ -65,8 +65,9 @@ pub(super) struct Flight {
 pub(super) struct Reads {
     /// The number of the last read started; the load is read 0.
     pub(super) started: u64,
-    /// The read running now, who asked for it, and its task.
-    running: Option<(Ask, AbortHandle)>,
+    /// The read running now, who asked for it (a failure is reported if any asked for
+    /// that), and its task.
+    pub(super) running: Option<(Ask, AbortHandle)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
 }
@@ -143,11 +144,6 @@ impl Flight {
 }
 
 impl Reads {
-    /// Whether the running read's failure is reported, as its callers asked.
-    pub(super) fn report(&self) -> Option<OnFailure> {
-        self.running.as_ref().map(|(a, _)| a.report)
-    }
-
     /// Ends the running read: the read queued meanwhile, now running (its number and
     /// trigger), if any.
     pub(super) fn next(&mut self) -> Option<(u64, Trigger)> {
@@ -160,17 +156,6 @@ impl Reads {
             *ask = next;
         }
         Some((self.started, next.trigger))
-    }
-
-    /// Ends the running read, and the one queued after it, which cannot run either (the
-    /// read task is gone): the number to publish their failure under, after which the
-    /// next caller starts anew.
-    pub(super) fn abandon(&mut self) -> u64 {
-        if self.queued.take().is_some() {
-            self.started += 1;
-        }
-        self.running = None;
-        self.started
     }
 }
 

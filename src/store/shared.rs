@@ -315,7 +315,8 @@ impl<C: Credential> Shared<C> {
         };
         crate::metrics::reload(&self.label, trigger.as_str(), outcome);
         let mut reads = lock(&self.flight.reads);
-        if let (Err(error), Some(OnFailure::Report)) = (&result, reads.report()) {
+        let report = reads.running.as_ref().map(|(ask, _)| ask.report);
+        if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
             self.report_failure(error, trigger);
         }
         self.flight.publish(n, result);
@@ -406,7 +407,8 @@ impl<C: Credential> Drop for Unfinished<C> {
         let mut reads = lock(&flight.reads);
         // The queued read cannot run either: it ends with the same error, and the next
         // caller starts anew.
-        let read = reads.abandon();
+        let read = reads.next().map_or(reads.started, |(queued, _)| queued);
+        reads.running = None;
         flight.publish(read, Err(error));
     }
 }
