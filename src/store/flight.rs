@@ -133,14 +133,6 @@ impl Flight {
             result: Some(result),
         });
     }
-
-    /// Aborts the running read (the store is being dropped).
-    pub(super) fn abort(&mut self) {
-        let reads = self.reads.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, task)) = reads.running.take() {
-            task.abort();
-        }
-    }
 }
 
 impl Reads {

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
 use tracing::field::display;
 
 use super::WeakStore;
@@ -280,20 +279,16 @@ impl<C: Credential> Shared<C> {
     }
 
     /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
+    /// A read that starts runs in a task, with any read queued after it, on the caller's
+    /// runtime, which is being driven right now; on the store's own (where it was built)
+    /// when called from outside any runtime (the watcher's thread).
     pub(super) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
-        self.flight
-            .ask(wanted, ask, |n, trigger| self.spawn_read(n, trigger))
-    }
-
-    /// Starts the task that runs read `n`, and any queued after it.
-    fn spawn_read(self: &Arc<Self>, n: u64, trigger: Trigger) -> AbortHandle {
-        // The caller's runtime, which is being driven right now; the store's own (where
-        // it was built) when called from outside any runtime (the watcher's thread).
-        let runtime =
-            tokio::runtime::Handle::try_current().unwrap_or_else(|_| lock(&self.runtime).clone());
-        runtime
-            .spawn(read_loop(Arc::downgrade(self), n, trigger))
-            .abort_handle()
+        self.flight.ask(wanted, ask, |n, trigger| {
+            let runtime = tokio::runtime::Handle::try_current()
+                .unwrap_or_else(|_| lock(&self.runtime).clone());
+            let task = runtime.spawn(read_loop(Arc::downgrade(self), n, trigger));
+            task.abort_handle()
+        })
     }
 
     /// Ends read `n` with `result`: reports a failure if a caller asked for that,
@@ -325,9 +320,12 @@ impl<C: Credential> Shared<C> {
     }
 }
 
+/// A dropped store's read ends with it.
 impl<C: Credential> Drop for Shared<C> {
     fn drop(&mut self) {
-        self.flight.abort();
+        if let Some((_, task)) = lock(&self.flight.reads).running.take() {
+            task.abort();
+        }
     }
 }
 
