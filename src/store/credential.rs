@@ -19,11 +19,10 @@ use crate::token::{Freshness, Token};
 /// another credential with `$other` and the credential named.
 macro_rules! event {
     ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
-        match $credential {
-            kind if kind == $crate::store::credential::Kind::TOKEN => {
-                tracing::$level!($($fields)* $token)
-            }
-            other => tracing::$level!(credential = %other.name, $($fields)* $other),
+        if $credential == $crate::store::credential::Kind::TOKEN {
+            tracing::$level!($($fields)* $token)
+        } else {
+            tracing::$level!(credential = %$credential.name, $($fields)* $other)
         }
     };
 }

@@ -163,10 +163,7 @@ impl<C: Credential> fmt::Debug for Store<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(C::KIND.handle)
             .field("source", &self.shared.origin)
-            .field(
-                "current",
-                &format_args!("{:?}", Shown(&**self.shared.credential.load())),
-            )
+            .field("current", &Shown(&**self.shared.credential.load()))
             .finish_non_exhaustive()
     }
 }
@@ -316,7 +313,7 @@ impl<C: Credential> Store<C> {
             reads: get(&c.reads),
             rotations: get(&c.rotations),
             failures: get(&c.failures),
-            last_error: s.last_error(),
+            last_error: lock(&s.last_error).clone(),
             watch: lock(&s.watch_state).clone(),
             unauthorized: get(&c.unauthorized_seen),
             unauthorized_reloads: get(&c.unauthorized_reloads),
@@ -346,7 +343,7 @@ impl<C: Credential> Store<C> {
         let mut refusals = lock(&s.refusals);
         let last = &mut refusals[certainty as usize];
         let now = Instant::now();
-        let wanted = match *last {
+        let wanted = match last {
             // This generation was refused before, and a read was asked for then, within
             // the rate limit: that read started after the server had revoked the token,
             // so its answer (or a later read's) holds for this response too. A token
@@ -436,7 +433,7 @@ impl<C: Credential> Store<C> {
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
     pub(crate) fn last_error(&self) -> Option<LoadError> {
-        self.shared.last_error()
+        lock(&self.shared.last_error).clone()
     }
 
     /// Whether the store learns of changes to its files as they happen.
@@ -490,10 +487,9 @@ impl<C: Credential> Clone for WeakStore<C> {
 impl<C: Credential> WeakStore<C> {
     /// Resolves when the store is dropped.
     pub(crate) async fn closed(&self) {
-        let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) else {
-            return;
-        };
-        while generations.changed().await.is_ok() {}
+        if let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) {
+            while generations.changed().await.is_ok() {}
+        }
     }
 
     /// Reloads on behalf of `trigger`; `None` when the store is gone. The wait for the
@@ -550,7 +546,6 @@ pub(crate) enum Certainty {
 /// rate-limited on its own, so that a possible refusal (a connection that closed, which
 /// may have happened before the rotation was written) never spends the read that a
 /// certain one of the same generation needs.
-#[derive(Clone, Copy)]
 struct RefusalRead {
     at: Instant,
     generation: u64,

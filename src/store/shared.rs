@@ -105,11 +105,6 @@ impl<C: Credential> Shared<C> {
         self.word.load(Ordering::Acquire)
     }
 
-    /// The error of the last read, if it failed.
-    pub(super) fn last_error(&self) -> Option<LoadError> {
-        lock(&self.last_error).clone()
-    }
-
     /// Warns (once per token) when the current token, just confirmed by a read of the
     /// source, has expired or is overdue for rotation: the rotator has stalled; and
     /// publishes the token's gauges.
