@@ -122,6 +122,7 @@ impl<S> StoreBuilder<S> {
 
     /// Fetch again as each read of `leader` completes, and say its watch state: for a
     /// source that takes its credential out of what `leader` holds.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn follow<C: Credential>(mut self, leader: &Store<C>) -> Self {
         self.parts.plan.follow = Some(Arc::new(leader.clone()));
         self

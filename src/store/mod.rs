@@ -432,6 +432,7 @@ impl<C: Credential> Store<C> {
 
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
+    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn last_error(&self) -> Option<LoadError> {
         lock(&self.shared.last_error).clone()
     }

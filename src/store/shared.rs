@@ -25,8 +25,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tracing::field::display;
 
+use super::Stamp;
 use super::WeakStore;
-use super::credential::{Credential, Stamp, event};
+use super::credential::{Credential, event};
 use super::error::{Chain, LoadError};
 use super::flight::{Ask, Flight, OnFailure, Ticket, fetch};
 use super::status::{Counters, ExpiryWarnings, Reloaded, WatchState};
