@@ -384,10 +384,7 @@ struct Unfinished<C: Credential> {
 
 impl<C: Credential> Drop for Unfinished<C> {
     fn drop(&mut self) {
-        if self.read == 0 {
-            return;
-        }
-        let Some(shared) = self.store.upgrade() else {
+        let Some(shared) = self.store.upgrade().filter(|_| self.read != 0) else {
             return;
         };
         let error = LoadError::Fetch {
@@ -397,12 +394,11 @@ impl<C: Credential> Drop for Unfinished<C> {
             )),
         };
         shared.report_failure(&error, self.trigger);
-        let flight = &shared.flight;
-        let mut reads = lock(&flight.reads);
+        let mut reads = lock(&shared.flight.reads);
         // The queued read cannot run either: it ends with the same error, and the next
         // caller starts anew.
         let read = reads.next().map_or(reads.started, |(queued, _)| queued);
         reads.running = None;
-        flight.publish(read, Err(error));
+        shared.flight.publish(read, Err(error));
     }
 }
