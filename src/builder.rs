@@ -2,18 +2,17 @@
 
 use std::fmt;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::refresh::Leader;
 use crate::refresh::timer::MIN_PERIOD;
 use crate::refresh::{self, Plan};
 use crate::source::{DynSource, TokenSource, Trigger};
 use crate::store::{
-    Config, Credential, Kind, LoadError, OnFailure, Recency, Start, Store, TokenStore, WatchState,
+    Config, Credential, Kind, LoadError, OnFailure, Recency, Restart, Running, Store, TokenStore,
+    WatchState, WeakStore,
 };
 
 /// Builds a [`TokenStore`] on a source: from [`TokenStore::builder`]. With feature `tls`,
@@ -50,43 +49,26 @@ use crate::store::{
 /// a CA bundle up to 16 MiB); a fetch may take 10 s (60 s for an
 /// exec plugin); and 401s to one token trigger at most one fetch a second.
 pub struct StoreBuilder<S = TokenStore> {
-    source: Arc<dyn DynSource>,
-    /// What the store holds.
-    kind: Kind,
     /// Builds the store of the credential the builder was made for, and hands it out as
     /// `S`.
     build: Build<S>,
-    /// The source's [`describe`](TokenSource::describe).
-    origin: String,
-    /// The source's files, if it reads any.
-    paths: Vec<PathBuf>,
-    default_refresh_interval: Option<Duration>,
-    default_fetch_timeout: Duration,
-    /// `None`: the source's default.
-    refresh_interval: Option<Option<Duration>>,
-    watch: bool,
-    max_size: usize,
-    unauthorized_interval: Duration,
-    /// `None`: the source's default.
-    fetch_timeout: Option<Duration>,
-    name: Option<String>,
-    clock: Clock,
-    /// The store whose reads this one follows (a part of a kubeconfig).
-    follow: Option<Arc<dyn Leader>>,
+    /// What it builds it from.
+    parts: Parts,
 }
 
 impl<S> fmt::Debug for StoreBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.parts;
         f.debug_struct("StoreBuilder")
-            .field("credential", &self.kind.name)
-            .field("source", &self.origin)
-            .field("refresh_interval", &self.period())
-            .field("watch", &self.watch_paths())
-            .field("max_size", &self.max_size)
-            .field("unauthorized_interval", &self.unauthorized_interval)
-            .field("fetch_timeout", &self.time_limit())
-            .field("name", &self.name)
-            .field("follows", &self.follow.is_some())
+            .field("credential", &p.kind.name)
+            .field("source", &p.origin)
+            .field("refresh_interval", &p.plan.period)
+            .field("watch", &p.plan.watch)
+            .field("max_size", &p.config.max_size)
+            .field("unauthorized_interval", &p.config.unauthorized_interval)
+            .field("fetch_timeout", &p.config.fetch_timeout)
+            .field("name", &p.config.name)
+            .field("follows", &p.plan.follow.is_some())
             .finish()
     }
 }
@@ -97,7 +79,7 @@ impl TokenStore {
     /// ([`FnSource`](crate::source::FnSource)), an exec plugin
     /// ([`ExecSource`](crate::source::ExecSource)), a TokenRequest, or a source of your own.
     pub fn builder(source: impl TokenSource) -> StoreBuilder {
-        StoreBuilder::of(source, (), TokenStore::new)
+        StoreBuilder::of(source, (), TokenStore)
     }
 }
 
@@ -112,24 +94,29 @@ impl<S> StoreBuilder<S> {
     where
         S: Send + 'static,
     {
-        StoreBuilder {
+        let parts = Parts {
             origin: source.describe(),
-            paths: source.paths().to_vec(),
-            default_refresh_interval: source.default_refresh_interval(),
-            default_fetch_timeout: source.default_fetch_timeout(),
+            config: Config {
+                name: None,
+                max_size: C::KIND.max_size,
+                fetch_timeout: source.default_fetch_timeout(),
+                unauthorized_interval: Duration::from_secs(1),
+                clock: Clock::default(),
+            },
+            plan: Plan {
+                period: source.default_refresh_interval(),
+                clock: Clock::default(),
+                watch: source.paths().to_vec(),
+                follow: None,
+            },
             source: Arc::new(source),
             kind: C::KIND,
+        };
+        StoreBuilder {
             build: Box::new(move |parts, refresher| {
                 Box::pin(build(parts, parser, refresher, finish))
             }),
-            refresh_interval: None,
-            watch: true,
-            max_size: C::KIND.max_size,
-            unauthorized_interval: Duration::from_secs(1),
-            fetch_timeout: None,
-            name: None,
-            clock: Clock::default(),
-            follow: None,
+            parts,
         }
     }
 
@@ -137,7 +124,7 @@ impl<S> StoreBuilder<S> {
     /// source that takes its credential out of what `leader` holds.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn follow<C: Credential>(mut self, leader: &Store<C>) -> Self {
-        self.follow = Some(Arc::new(leader.clone()));
+        self.parts.plan.follow = Some(Arc::new(leader.clone()));
         self
     }
 
@@ -160,7 +147,7 @@ impl<S> StoreBuilder<S> {
             interval >= MIN_PERIOD,
             "refresh_interval({interval:?}) is under the least interval, {MIN_PERIOD:?}"
         );
-        self.refresh_interval = Some(Some(interval));
+        self.parts.plan.period = Some(interval);
         self
     }
 
@@ -168,14 +155,14 @@ impl<S> StoreBuilder<S> {
     /// load, on each change the watcher sees, at the moments the token's dates tell about,
     /// when a server refuses the token, and when asked ([`reload`](TokenStore::reload)).
     pub fn no_periodic_refresh(mut self) -> Self {
-        self.refresh_interval = Some(None);
+        self.parts.plan.period = None;
         self
     }
 
     /// Do not watch the source's files for changes (watched by default; a source that
     /// reads no file has nothing to watch). The timer still reads it.
     pub fn no_watch(mut self) -> Self {
-        self.watch = false;
+        self.parts.plan.watch.clear();
         self
     }
 
@@ -184,7 +171,7 @@ impl<S> StoreBuilder<S> {
     /// 16 MiB for a CA bundle). A file is refused from its length, or after reading
     /// at most `max_size + 1` bytes.
     pub fn max_size(mut self, max_size: usize) -> Self {
-        self.max_size = max_size;
+        self.parts.config.max_size = max_size;
         self
     }
 
@@ -193,7 +180,7 @@ impl<S> StoreBuilder<S> {
     /// interval, however many requests it fails. A token newer than the last one refused
     /// gets a fetch at once.
     pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
-        self.unauthorized_interval = interval;
+        self.parts.config.unauthorized_interval = interval;
         self
     }
 
@@ -203,7 +190,7 @@ impl<S> StoreBuilder<S> {
     ///
     /// [`default_fetch_timeout`]: TokenSource::default_fetch_timeout
     pub fn fetch_timeout(mut self, limit: Duration) -> Self {
-        self.fetch_timeout = Some(limit);
+        self.parts.config.fetch_timeout = limit;
         self
     }
 
@@ -211,14 +198,14 @@ impl<S> StoreBuilder<S> {
     /// tenant's. By default its source's description (`file /var/run/...`). Never put a
     /// token in it.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+        self.parts.config.name = Some(name.into());
         self
     }
 
     /// The wall clock the store compares token dates to (tests only).
     #[cfg(test)]
     pub(crate) fn clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
+        self.parts.config.clock = clock;
         self
     }
 
@@ -260,7 +247,7 @@ impl<S> StoreBuilder<S> {
         origin: std::time::SystemTime,
         start: tokio::time::Instant,
     ) -> Self {
-        self.clock = Clock::Tokio(origin, start);
+        self.parts.config.clock = Clock::Tokio(origin, start);
         self
     }
 
@@ -282,7 +269,8 @@ impl<S> StoreBuilder<S> {
     /// A [`LoadError`] naming the source when the first fetch fails, takes longer than the
     /// time limit, or does not yield a valid credential.
     pub async fn load(self) -> Result<S, LoadError> {
-        let (store, _) = self.build(Refresher::Spawned).await?;
+        let (store, refresher) = (self.build)(self.parts, Refresher::Spawned).await?;
+        tokio::spawn(refresher);
         Ok(store)
     }
 
@@ -313,55 +301,20 @@ impl<S> StoreBuilder<S> {
     /// # Ok(()) }
     /// ```
     pub async fn pair(self) -> Result<(S, impl Future<Output = ()> + Send + 'static), LoadError> {
-        let (store, refresher) = self.build(Refresher::Caller).await?;
-        let refresher = refresher.expect("a refresher for the caller");
-        Ok((store, refresher))
-    }
-
-    fn period(&self) -> Option<Duration> {
-        self.refresh_interval
-            .unwrap_or(self.default_refresh_interval)
-    }
-
-    fn time_limit(&self) -> Duration {
-        self.fetch_timeout.unwrap_or(self.default_fetch_timeout)
-    }
-
-    fn watch_paths(&self) -> &[PathBuf] {
-        if self.watch { &self.paths } else { &[] }
-    }
-
-    fn plan(&self) -> Plan {
-        Plan {
-            period: self.period(),
-            clock: self.clock,
-            watch: self.watch_paths().to_vec(),
-            follow: self.follow.clone(),
-        }
-    }
-
-    async fn build(self, refresher: Refresher) -> Result<(S, Option<Background>), LoadError> {
-        let parts = Parts {
-            plan: self.plan(),
-            config: Config {
-                fetch_timeout: self.time_limit(),
-                name: self.name,
-                max_size: self.max_size,
-                unauthorized_interval: self.unauthorized_interval,
-                clock: self.clock,
-            },
-            source: self.source,
-            origin: self.origin,
-        };
-        (self.build)(parts, refresher).await
+        (self.build)(self.parts, Refresher::Caller).await
     }
 }
 
 /// What a store is built from, the credential aside.
 struct Parts {
     source: Arc<dyn DynSource>,
+    /// What the store holds.
+    kind: Kind,
+    /// The source's [`describe`](TokenSource::describe).
     origin: String,
+    /// The store's options (its clock is the plan's too).
     config: Config,
+    /// Its refresher's: the source's files to watch, the period, the store it follows.
     plan: Plan,
 }
 
@@ -375,51 +328,38 @@ enum Refresher {
     Caller,
 }
 
-/// A store's refresher, as handed to the caller.
-type Background = Pin<Box<dyn Future<Output = ()> + Send>>;
-
 /// How a builder builds its store and hands it out.
 type Build<S> = Box<
     dyn FnOnce(
             Parts,
             Refresher,
-        )
-            -> Pin<Box<dyn Future<Output = Result<(S, Option<Background>), LoadError>> + Send>>
+        ) -> Pin<Box<dyn Future<Output = Result<(S, Running), LoadError>> + Send>>
         + Send,
 >;
 
-/// Loads a store of `C`, starts its refresher (or hands it back), and hands the store out
-/// as `finish` makes it.
+/// Loads a store of `C` and hands it out as `finish` makes it, with its refresher to run
+/// (which the store starts again if `refresher` says the crate runs it).
 async fn build<C: Credential, S>(
     parts: Parts,
     parser: C::Parser,
     refresher: Refresher,
     finish: fn(Store<C>) -> S,
-) -> Result<(S, Option<Background>), LoadError> {
-    let Parts {
-        source,
-        origin,
-        config,
-        plan,
-    } = parts;
-    let limit = config.fetch_timeout;
-    let store = Store::<C>::load(source, parser, origin, config).await?;
-    let running = subscribed(&store, &plan, limit).await;
-    let background = match refresher {
-        Refresher::Spawned => {
-            // Subscribing yields the refresher to run: a future that yields a future.
-            #[allow(clippy::async_yields_async)]
-            let start: Start<C> = Arc::new(move |weak| {
-                let plan = plan.clone();
-                Box::pin(async move { Box::pin(refresh::start(weak, plan).await) as _ })
-            });
-            store.restart_with(start);
-            tokio::spawn(running);
-            None
-        }
-        Refresher::Caller => Some(Box::pin(running) as _),
+) -> Result<(S, Running), LoadError> {
+    let plan = Plan {
+        clock: parts.config.clock,
+        ..parts.plan
     };
-    Ok((finish(store), background))
+    let limit = parts.config.fetch_timeout;
+    let restart = (refresher == Refresher::Spawned).then(|| {
+        let plan = plan.clone();
+        Box::new(move |weak: WeakStore<C>| {
+            let subscribe = refresh::start(weak.clone(), plan.clone());
+            caught_up(weak, subscribe, Trigger::Timer)
+        }) as Restart<C>
+    });
+    let store = Store::<C>::load(parts.source, parser, parts.origin, parts.config, restart).await?;
+    let running = subscribed(&store, &plan, limit).await;
+    Ok((finish(store), running))
 }
 
 /// The store's refresher, subscribed: the status says the watch is on once this returns.
@@ -427,7 +367,7 @@ async fn build<C: Credential, S>(
 /// a filesystem that stops answering meanwhile gets the store's time limit, after which the
 /// store is handed out with its watch degraded and the refresher subscribes in its own
 /// time, then reads once for what changed meanwhile.
-async fn subscribed<C: Credential>(store: &Store<C>, plan: &Plan, limit: Duration) -> Background {
+async fn subscribed<C: Credential>(store: &Store<C>, plan: &Plan, limit: Duration) -> Running {
     let mut subscribe = Box::pin(refresh::start(store.downgrade(), plan.clone()));
     if let Ok(running) = tokio::time::timeout(limit, &mut subscribe).await {
         return Box::pin(running);
@@ -440,11 +380,20 @@ async fn subscribed<C: Credential>(store: &Store<C>, plan: &Plan, limit: Duratio
     );
     tracing::warn!("{reason}");
     store.follow_watch_state(WatchState::Degraded { reason });
-    let weak = store.downgrade();
+    caught_up(store.downgrade(), subscribe, Trigger::Watch)
+}
+
+/// The refresher `subscribe` yields, run after one read (for `trigger`) of what changed
+/// while it was not running: subscribed late, or started again.
+fn caught_up<C: Credential, R: Future<Output = ()> + Send + 'static>(
+    weak: WeakStore<C>,
+    subscribe: impl Future<Output = R> + Send + 'static,
+    trigger: Trigger,
+) -> Running {
     Box::pin(async move {
         let running = subscribe.await;
         let _ = weak
-            .reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report)
+            .reload(trigger, Recency::AfterNow, OnFailure::Report)
             .await;
         running.await;
     })

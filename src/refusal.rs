@@ -81,16 +81,9 @@ pub(crate) enum Failure {
 pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
     match failure {
         Failure::Refused | Failure::NotWritten => true,
-        Failure::Uncertain => is_idempotent(method),
+        // RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), and QUERY.
+        Failure::Uncertain => method.is_idempotent(),
     }
-}
-
-/// RFC 9110 §9.2.2's idempotent methods.
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.
@@ -253,12 +246,11 @@ impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
             match this.step.as_mut().project() {
                 StepProj::Reloading { reload } => {
                     let newer = ready!(reload.as_mut().poll(cx));
+                    let response = this.response.take().expect("polled after completion");
                     if !newer || !replayable.take().is_some_and(|f| f()) {
                         this.step.set(Step::Done);
-                        let response = this.response.take().expect("polled after completion");
                         return Poll::Ready(Err(response));
                     }
-                    let response = this.response.take().expect("polled after completion");
                     this.step.set(Step::Draining {
                         body: response.into_body(),
                         read: 0,

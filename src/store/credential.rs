@@ -19,11 +19,10 @@ use crate::token::{Freshness, Token};
 /// another credential with `$other` and the credential named.
 macro_rules! event {
     ($credential:expr, $level:ident, { $($fields:tt)* }, $token:literal, $other:literal) => {
-        match $credential {
-            kind if kind == $crate::store::credential::Kind::TOKEN => {
-                tracing::$level!($($fields)* $token)
-            }
-            other => tracing::$level!(credential = %other, $($fields)* $other),
+        if $credential == $crate::store::credential::Kind::TOKEN {
+            tracing::$level!($($fields)* $token)
+        } else {
+            tracing::$level!(credential = %$credential.name, $($fields)* $other)
         }
     };
 }
@@ -51,12 +50,6 @@ impl Kind {
         metric: "token",
         max_size: crate::token::DEFAULT_MAX_SIZE,
     };
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
-    }
 }
 
 /// What a store holds. Implemented by [`Token`] and (feature `tls`) by a
@@ -129,7 +122,6 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     }
 
     /// When it was issued, if it says.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn issued_at(&self) -> Option<SystemTime> {
         None
     }

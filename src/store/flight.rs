@@ -9,11 +9,11 @@
 //! read runs and at most one waits, however many callers ask.
 //!
 //! This file keeps the books ([`Flight`]: which read answers whom, what is queued, what
-//! is done) and knows nothing of the store; `reload.rs` runs the reads it numbers. The
+//! is done) and knows nothing of the store; `shared.rs` runs the reads it numbers. The
 //! task holds only a weak reference to the store and the source, so it never keeps a
 //! dropped store alive; the store aborts it when dropped.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -26,20 +26,11 @@ use crate::sync::lock;
 
 /// Whether a failed read is recorded and logged as a failure, or left quiet (the
 /// watcher's first attempts right after an event, which a half-written file can fail).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Reported when any caller of a read asks for it (the greater).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum OnFailure {
-    Report,
     Quiet,
-}
-
-impl OnFailure {
-    fn or(self, other: OnFailure) -> OnFailure {
-        if self == OnFailure::Report || other == OnFailure::Report {
-            OnFailure::Report
-        } else {
-            OnFailure::Quiet
-        }
-    }
+    Report,
 }
 
 /// Which read may answer a caller.
@@ -59,30 +50,24 @@ pub(crate) struct Ask {
     pub(crate) report: OnFailure,
 }
 
-impl Ask {
-    fn merge(self, other: Ask) -> Ask {
-        Ask {
-            trigger: self.trigger,
-            report: self.report.or(other.report),
-        }
-    }
-}
-
 /// A store's single flight: the reads asked for, started and queued, and the last one
 /// done, published to the callers waiting for it.
+#[derive(Default)]
 pub(super) struct Flight {
-    reads: Mutex<Reads>,
-    done: watch::Sender<Done>,
+    /// The books, held while a read ends (see [`Reads::next`]).
+    pub(super) reads: Mutex<Reads>,
+    /// The last read done (its receivers: the callers waiting).
+    pub(super) done: watch::Sender<Done>,
 }
 
 /// The reads asked for, started and queued.
 #[derive(Default)]
 pub(super) struct Reads {
-    /// The number of the last read started; the first read, at load, is 1.
-    started: u64,
-    /// The read running now, who asked for it, and its task (none for a read made on the
-    /// caller's thread: [`Flight::begin_now`]).
-    running: Option<(Ask, Option<AbortHandle>)>,
+    /// The number of the last read started; the load is read 0.
+    pub(super) started: u64,
+    /// The read running now, who asked for it (a failure is reported if any asked for
+    /// that), and its task.
+    pub(super) running: Option<(Ask, AbortHandle)>,
     /// A read asked for after the running one started: it starts when that one ends.
     queued: Option<Ask>,
 }
@@ -95,34 +80,11 @@ pub(super) struct Done {
     result: Option<Result<Reloaded, LoadError>>,
 }
 
-/// How a caller's request for a read is answered.
-pub(super) enum Ticket {
-    /// By a read already done.
-    Answered(Result<Reloaded, LoadError>),
-    /// By read number `n`, running or queued.
-    Wait(u64),
-}
+/// The number of the read that answers a caller (running, queued or done): its result, or
+/// a later read's.
+pub(super) type Ticket = u64;
 
 impl Flight {
-    /// The flight of a store just loaded: read 1 (the load) done.
-    pub(super) fn new() -> Self {
-        Self {
-            reads: Mutex::new(Reads {
-                started: 1,
-                ..Reads::default()
-            }),
-            done: watch::Sender::new(Done {
-                read: 1,
-                result: None,
-            }),
-        }
-    }
-
-    /// The number of the last read started.
-    pub(super) fn started(&self) -> u64 {
-        lock(&self.reads).started
-    }
-
     /// The number of a read that answers a caller asking now with `recency`.
     pub(super) fn wanted(&self, recency: Recency) -> u64 {
         let reads = lock(&self.reads);
@@ -130,11 +92,6 @@ impl Flight {
             (Recency::InFlight, Some(_)) => reads.started,
             _ => reads.started + 1,
         }
-    }
-
-    /// A receiver of the reads done, for [`wait`].
-    pub(super) fn subscribe(&self) -> watch::Receiver<Done> {
-        self.done.subscribe()
     }
 
     /// Asks for read number `wanted` or a later one, joining or queueing it as needed, or
@@ -149,29 +106,24 @@ impl Flight {
         let mut guard = lock(&self.reads);
         let flight = &mut *guard;
         if let Some((running, _)) = &mut flight.running {
+            // A failure is reported if any caller of the read asks for that.
             if flight.started >= wanted {
-                *running = running.merge(ask);
-                return Ticket::Wait(flight.started);
+                running.report = running.report.max(ask.report);
+                return flight.started;
             }
-            flight.queued = Some(flight.queued.map_or(ask, |q| q.merge(ask)));
-            return Ticket::Wait(flight.started + 1);
+            let queued = flight.queued.get_or_insert(ask);
+            queued.report = queued.report.max(ask.report);
+            return flight.started + 1;
         }
         let done = self.done.borrow();
-        if done.read >= wanted
-            && let Some(result) = &done.result
-        {
-            return Ticket::Answered(result.clone());
+        if done.read >= wanted && done.result.is_some() {
+            return done.read;
         }
         drop(done);
         flight.started += 1;
         let n = flight.started;
-        flight.running = Some((ask, Some(start(n, ask.trigger))));
-        Ticket::Wait(n)
-    }
-
-    /// The books, held while a read ends (see [`Reads::report`], [`Reads::next`]).
-    pub(super) fn lock(&self) -> MutexGuard<'_, Reads> {
-        lock(&self.reads)
+        flight.running = Some((ask, start(n, ask.trigger)));
+        n
     }
 
     /// Publishes read `n`'s result to the callers waiting for it.
@@ -181,64 +133,32 @@ impl Flight {
             result: Some(result),
         });
     }
-
-    /// Aborts the running read (the store is being dropped).
-    pub(super) fn abort(&mut self) {
-        let reads = self.reads.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, Some(task))) = reads.running.take() {
-            task.abort();
-        }
-    }
 }
 
 impl Reads {
-    /// Whether the running read's failure is reported, as its callers asked.
-    pub(super) fn report(&self) -> Option<OnFailure> {
-        self.running.as_ref().map(|(a, _)| a.report)
-    }
-
     /// Ends the running read: the read queued meanwhile, now running (its number and
     /// trigger), if any.
     pub(super) fn next(&mut self) -> Option<(u64, Trigger)> {
-        match self.queued.take() {
-            Some(next) => {
-                self.started += 1;
-                if let Some((ask, _)) = &mut self.running {
-                    *ask = next;
-                }
-                Some((self.started, next.trigger))
-            }
-            None => {
-                self.running = None;
-                None
-            }
+        let Some(next) = self.queued.take() else {
+            self.running = None;
+            return None;
+        };
+        self.started += 1;
+        if let Some((ask, _)) = &mut self.running {
+            *ask = next;
         }
-    }
-
-    /// Ends the running read, and the one queued after it, which cannot run either (the
-    /// read task is gone): the number to publish their failure under, after which the
-    /// next caller starts anew.
-    pub(super) fn abandon(&mut self) -> u64 {
-        if self.queued.take().is_some() {
-            self.started += 1;
-        }
-        self.running = None;
-        self.started
+        Some((self.started, next.trigger))
     }
 }
 
-/// Waits until the read a ticket names is done; `None` when the store was dropped first.
+/// Waits until the read a ticket names (or a later one) is done; `None` when the store was
+/// dropped first.
 pub(super) async fn wait(
     mut done: watch::Receiver<Done>,
     ticket: Ticket,
 ) -> Option<Result<Reloaded, LoadError>> {
-    match ticket {
-        Ticket::Answered(result) => Some(result),
-        Ticket::Wait(n) => {
-            let done = done.wait_for(|d| d.read >= n).await.ok()?;
-            done.result.clone()
-        }
-    }
+    let done = done.wait_for(|d| d.read >= ticket).await.ok()?;
+    done.result.clone()
 }
 
 /// Fetches with time limit `timeout`, and wraps the source's error with its origin.
@@ -248,38 +168,25 @@ pub(super) async fn fetch(
     timeout: Duration,
     cx: FetchContext,
 ) -> Result<Fetched, LoadError> {
+    let origin = origin.clone();
     match tokio::time::timeout(timeout, source.fetch_dyn(cx)).await {
-        Ok(Ok(fetched)) => Ok(fetched),
-        Ok(Err(error)) => Err(LoadError::Fetch {
-            origin: origin.clone(),
-            error: Arc::from(error),
+        Ok(fetched) => fetched.map_err(|e| LoadError::Fetch {
+            origin,
+            error: Arc::from(e),
         }),
         Err(_) => Err(LoadError::Timeout {
-            origin: origin.clone(),
+            origin,
             after: timeout,
         }),
     }
 }
 
-#[cfg(test)]
-impl Flight {
-    /// How many callers wait for reads (tests).
-    pub(super) fn waiting(&self) -> usize {
-        self.done.receiver_count()
-    }
-}
-
 /// The reads of a store, as they complete (`Store::reads_done`): what a store that follows
 /// it waits on.
-pub(crate) struct ReadsDone(watch::Receiver<Done>);
+pub(crate) struct ReadsDone(pub(super) watch::Receiver<Done>);
 
 impl ReadsDone {
-    pub(super) fn new(done: watch::Receiver<Done>) -> Self {
-        Self(done)
-    }
-
     /// Waits for the next read to complete; `false` once the store is gone.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) async fn next(&mut self) -> bool {
         self.0.changed().await.is_ok()
     }

@@ -14,11 +14,10 @@
 //! when the last `TokenStore` clone is dropped.
 //!
 //! Its files, by concern: `credential` (what each kind of credential says of itself),
-//! `error` ([`LoadError`]), `status` ([`Status`] and the counters), `expiry` (warnings of a
-//! stalled rotator), `telemetry` (metrics), `install` (the credential in use and replacing
-//! it), `flight` (the single flight's books), `refused` (the rate limit of refusal reads),
-//! `shared` (the state every handle shares, its reads and its restarts), `weak` (the weak
-//! handle of background work), and this file: the handles and their refusal reloads.
+//! `error` ([`LoadError`]), `status` ([`Status`], the counters, warnings of a stalled
+//! rotator), `flight` (the single flight's books), `shared` (the state every handle
+//! shares: the credential in use, its reads and its restarts), and this file: the handles
+//! (strong and weak) and their refusal reloads.
 //!
 //! [`ArcSwap`]: https://docs.rs/arc-swap/1/arc_swap/type.ArcSwap.html
 //!
@@ -52,9 +51,11 @@
 //! ```
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use crate::source::{DynSource, FetchContext, Trigger};
@@ -63,33 +64,22 @@ use crate::token::Token;
 
 mod credential;
 mod error;
-mod expiry;
 mod flight;
-mod install;
-mod refused;
 mod shared;
 mod status;
-mod telemetry;
-mod weak;
 
 pub(crate) use credential::{Credential, Kind, Stamp};
 #[cfg(test)]
 pub(crate) use error::Chain;
 pub use error::LoadError;
+pub(crate) use flight::{OnFailure, ReadsDone, Recency};
+pub(crate) use shared::{Config, Restart, Running};
 pub use status::{Status, WatchState};
 
-pub(crate) use flight::{OnFailure, ReadsDone, Recency};
-pub(crate) use refused::Certainty;
-pub(crate) use shared::Config;
-pub(crate) use shared::Start;
-pub(crate) use status::RetryOutcome;
-pub(crate) use weak::WeakStore;
-
 use credential::event;
-use flight::{Ask, Ticket, fetch, wait};
-use install::{credential_of, word};
-use shared::Shared;
-use status::{Counters, Reloaded};
+use flight::{Ask, Flight, Ticket, fetch, wait};
+use shared::{Shared, credential_of, word};
+use status::{Counters, ExpiryWarnings, Reloaded};
 
 /// The current token of one source, shared by every request: cheap to clone, lock-free to
 /// read.
@@ -112,11 +102,6 @@ impl fmt::Debug for TokenStore {
 }
 
 impl TokenStore {
-    /// The handle of a token store just loaded.
-    pub(crate) fn new(store: Store<Token>) -> Self {
-        TokenStore(store)
-    }
-
     /// The current token. Lock-free.
     pub fn current(&self) -> Arc<Token> {
         self.0.current()
@@ -178,52 +163,61 @@ impl<C: Credential> fmt::Debug for Store<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(C::KIND.handle)
             .field("source", &self.shared.origin)
-            .field(
-                "current",
-                &format_args!("{:?}", Shown(&**self.shared.current.load())),
-            )
+            .field("current", &Shown(&**self.shared.credential.load()))
             .finish_non_exhaustive()
     }
 }
 
 impl<C: Credential> Store<C> {
-    /// Fetches the first credential from `source` and builds the store on it. Must be called
+    /// Fetches the first credential from `source` and builds the store on it, which starts
+    /// its refresher again with `restart` when it stops (see `shared`). Must be called
     /// within a tokio runtime with its time driver: the store's reads run there.
     pub(crate) async fn load(
         source: Arc<dyn DynSource>,
         parser: C::Parser,
         origin: String,
         config: Config,
+        restart: Option<Restart<C>>,
     ) -> Result<Self, LoadError> {
         let origin: Arc<str> = origin.into();
         let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
         let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await?;
-        let first: C = credential_of(fetched, &parser, &origin, config.clock, config.max_size)?;
-        let stamp = Stamp {
-            generation: 1,
-            ..*first.stamp()
-        };
-        let first = first.stamped(stamp);
+        let first: C = credential_of(fetched, &parser, &origin, &config, 1)?;
         event!(C::KIND, info, { source = %origin, token = %first, }, "token loaded", "loaded");
-        let label = config
-            .name
-            .as_deref()
-            .map_or_else(|| origin.clone(), Arc::from);
-        let store = Store {
-            shared: Arc::new(Shared::new(first, source, parser, origin, config, label)),
+        crate::metrics::describe();
+        let shared = Shared {
+            credential: ArcSwap::from_pointee(first),
+            word: AtomicU64::new(1),
+            generations: watch::Sender::new(1),
+            last_error: Mutex::default(),
+            source,
+            parser,
+            label: (config.name.as_deref()).map_or_else(|| origin.clone(), Arc::from),
+            origin,
+            config,
+            runtime: Mutex::new(tokio::runtime::Handle::current()),
+            flight: Flight::default(),
+            counters: Counters::default(),
+            refusals: Mutex::default(),
+            watch_state: Mutex::new(WatchState::Off),
+            expiry: ExpiryWarnings::default(),
+            restart,
         };
-        store
-            .shared
-            .telemetry
-            .reload(Trigger::Load, &Ok(Reloaded::Unchanged));
-        store.shared.telemetry.watch_state(&WatchState::Off);
-        store.shared.check_expiry();
-        Ok(store)
+        crate::metrics::reload(&shared.label, Trigger::Load.as_str(), "unchanged");
+        crate::metrics::watch_state(&shared.label, WatchState::Off.metric());
+        shared.check_expiry();
+        // The load is a read.
+        Counters::bump(&shared.counters.reads);
+        Ok(Store {
+            shared: Arc::new(shared),
+        })
     }
 
     /// A weak reference, for background work that must not keep the store alive.
     pub(crate) fn downgrade(&self) -> WeakStore<C> {
-        WeakStore::new(Arc::downgrade(&self.shared))
+        WeakStore {
+            shared: Arc::downgrade(&self.shared),
+        }
     }
 
     /// A number of this store's own while it lives, for drawing its timer's jitter.
@@ -245,19 +239,19 @@ impl<C: Credential> Store<C> {
 
     /// The current credential. Lock-free.
     pub(crate) fn current(&self) -> Arc<C> {
-        self.shared.current.load_full()
+        self.shared.credential.load_full()
     }
 
     /// The current credential's generation: 1 for the first, one more for each new one.
     pub(crate) fn generation(&self) -> u64 {
-        self.shared.current.word() & word::GENERATION
+        self.shared.word() & word::GENERATION
     }
 
     /// Whether `cached` is still the current token and the store needs nothing of the
     /// request path. One atomic load.
     #[inline]
     pub(crate) fn is_current(&self, cached: &C) -> bool {
-        self.shared.current.word() == cached.generation()
+        self.shared.word() == cached.generation()
     }
 
     /// The request path's slow path, when [`is_current`](Self::is_current) said no: the
@@ -265,7 +259,7 @@ impl<C: Credential> Store<C> {
     #[cold]
     #[inline(never)]
     pub(crate) fn catch_up(&self, cached: &mut Arc<C>) {
-        let word = self.shared.current.word();
+        let word = self.shared.word();
         if word & word::GENERATION != cached.generation() {
             *cached = self.current();
         }
@@ -274,28 +268,19 @@ impl<C: Credential> Store<C> {
         }
     }
 
-    /// Starts the store's refresher again if it stopped: for a client that reads the
-    /// current token at each send (the reqwest middleware), as the layer's slow path does,
-    /// and for a kubeconfig's part, which reads the file's store.
-    #[cfg(any(feature = "reqwest", feature = "kube"))]
+    /// Starts the store's refresher again if it stopped: for a reload, for a client that
+    /// reads the current token at each send (the reqwest middleware), as the layer's slow
+    /// path does, and for a kubeconfig's part, which reads the file's store.
     pub(crate) fn revive_if_stopped(&self) {
-        if self.shared.current.word() & word::STOPPED != 0 {
+        if self.shared.word() & word::STOPPED != 0 {
             self.shared.revive();
         }
-    }
-
-    /// Makes `start` the way to start the store's refresher again (a store whose refresher
-    /// the crate spawned).
-    pub(crate) fn restart_with(&self, start: Start<C>) {
-        self.shared.restart_with(start);
     }
 
     /// Reads the source again and installs what it holds if it is valid and new; returns
     /// the credential current after the read (see [`TokenStore::reload`]).
     pub(crate) async fn reload(&self) -> Result<Arc<C>, LoadError> {
-        if self.shared.current.word() & word::STOPPED != 0 {
-            self.shared.revive();
-        }
+        self.revive_if_stopped();
         let result = self
             .downgrade()
             .reload(Trigger::Call, Recency::InFlight, OnFailure::Report)
@@ -307,13 +292,13 @@ impl<C: Credential> Store<C> {
 
     /// A receiver of generation numbers, updated each time a new credential is installed.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.shared.current.subscribe()
+        self.shared.generations.subscribe()
     }
 
     /// A snapshot of the store's state.
     pub(crate) fn status(&self) -> Status {
         let s = &self.shared;
-        let current = s.current.load();
+        let current = s.credential.load();
         let c = &s.counters;
         let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
         Status {
@@ -328,7 +313,7 @@ impl<C: Credential> Store<C> {
             reads: get(&c.reads),
             rotations: get(&c.rotations),
             failures: get(&c.failures),
-            last_error: s.current.last_error(),
+            last_error: lock(&s.last_error).clone(),
             watch: lock(&s.watch_state).clone(),
             unauthorized: get(&c.unauthorized_seen),
             unauthorized_reloads: get(&c.unauthorized_reloads),
@@ -339,34 +324,55 @@ impl<C: Credential> Store<C> {
         }
     }
 
-    /// After a refusal of a request sent with generation `sent`: a newer token if one is
-    /// installed, else the read that may bring one (started now, joined, or the one asked
+    /// After a refusal of a request sent with generation `sent`: `None` if a newer token
+    /// is installed, else the read that may bring one (started now, joined, or the one asked
     /// for by an earlier refusal of the same certainty to the same token within the rate
     /// limit). Only certain refusals count as unauthorized responses in the status.
-    fn refused(&self, sent: u64, certainty: Certainty) -> Refused<C> {
+    fn refused(&self, sent: u64, certainty: Certainty) -> Option<Ticket> {
         let s = &self.shared;
         if certainty == Certainty::Certain {
             Counters::bump(&s.counters.unauthorized_seen);
-            s.telemetry.unauthorized();
+            crate::metrics::unauthorized(&s.label);
         }
         // Reads started before this response arrived may have started before the server
         // revoked the token, and before its successor was written: they do not count.
-        let arrived = s.flight.started();
-        if let Some(token) = self.newer_than(sent) {
-            return Refused::Newer(token);
+        let arrived = lock(&s.flight.reads).started;
+        if self.newer_than(sent).is_some() {
+            return None;
         }
-        let wanted = s.refusals.read_for(
-            certainty,
-            sent,
-            arrived,
-            s.config.unauthorized_interval,
-            &s.counters,
-        );
+        let mut refusals = lock(&s.refusals);
+        let last = &mut refusals[certainty as usize];
+        let now = Instant::now();
+        let wanted = match last {
+            // This generation was refused before, and a read was asked for then, within
+            // the rate limit: that read started after the server had revoked the token,
+            // so its answer (or a later read's) holds for this response too. A token
+            // that is simply wrong costs one read per interval, however many requests.
+            Some(r)
+                if r.generation >= sent
+                    && now.duration_since(r.at) < s.config.unauthorized_interval =>
+            {
+                r.read
+            }
+            // Else the first read to start after the response arrived.
+            _ => {
+                *last = Some(RefusalRead {
+                    at: now,
+                    generation: sent,
+                    read: arrived + 1,
+                });
+                if certainty == Certainty::Certain {
+                    Counters::bump(&s.counters.unauthorized_reloads);
+                }
+                arrived + 1
+            }
+        };
+        drop(refusals);
         let ask = Ask {
             trigger: Trigger::Unauthorized,
             report: OnFailure::Report,
         };
-        Refused::Reading(s.ask(wanted, ask))
+        Some(s.ask(wanted, ask))
     }
 
     /// After a refusal: a token newer than `sent`, installed already or read now, or
@@ -378,14 +384,10 @@ impl<C: Credential> Store<C> {
         sent: u64,
         certainty: Certainty,
     ) -> Option<Arc<C>> {
-        match self.refused(sent, certainty) {
-            Refused::Newer(token) => Some(token),
-            Refused::Reading(ticket) => {
-                let done = self.shared.flight.subscribe();
-                wait(done, ticket).await;
-                self.newer_than(sent)
-            }
+        if let Some(ticket) = self.refused(sent, certainty) {
+            wait(self.shared.flight.done.subscribe(), ticket).await;
         }
+        self.newer_than(sent)
     }
 
     /// After a refusal of a request sent with generation `sent`, without waiting: starts
@@ -399,52 +401,43 @@ impl<C: Credential> Store<C> {
         Some(self.current()).filter(|t| t.generation() > sent)
     }
 
-    /// Counts a request sent again after a refusal that needs no header (a client
-    /// certificate's).
-    #[cfg(feature = "tls")]
+    /// Counts a request sent again after a refusal (with a newer token, or for a client
+    /// certificate's refusal, which needs no header).
     pub(crate) fn count_retried(&self) {
-        self.count_retry(RetryOutcome::Sent);
+        Counters::bump(&self.shared.counters.retries);
     }
 
     /// Counts how a request sent again went: `refused` when it met a 401 too.
     pub(crate) fn count_resent(&self, refused: bool) {
-        self.count_retry(if refused {
-            RetryOutcome::Refused
-        } else {
-            RetryOutcome::Succeeded
-        });
-    }
-
-    pub(crate) fn count_retry(&self, outcome: RetryOutcome) {
-        self.shared.counters.retry(outcome);
-        self.shared.telemetry.retry(outcome);
+        let s = &self.shared;
+        if !refused {
+            Counters::bump(&s.counters.retries_succeeded);
+        }
+        crate::metrics::retry(&s.label, if refused { "refused" } else { "succeeded" });
     }
 
     /// Counts a request that kept its own `Authorization` (metrics only).
     #[inline]
     pub(crate) fn count_kept_authorization(&self) {
-        self.shared.telemetry.kept_authorization();
+        crate::metrics::kept_authorization(&self.shared.label);
     }
-}
 
-/// What a store that follows this one reads of it (the credentials of a kubeconfig follow
-/// the store of the file).
-impl<C: Credential> Store<C> {
+    // What a store that follows this one reads of it (the credentials of a kubeconfig
+    // follow the store of the file).
+
     /// A receiver that changes as each read of the source completes, whatever its result.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn reads_done(&self) -> ReadsDone {
-        ReadsDone::new(self.shared.flight.subscribe())
+        ReadsDone(self.shared.flight.done.subscribe())
     }
 
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn last_error(&self) -> Option<LoadError> {
-        self.shared.current.last_error()
+        lock(&self.shared.last_error).clone()
     }
 
     /// Whether the store learns of changes to its files as they happen.
-    #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn watch_state(&self) -> WatchState {
         lock(&self.shared.watch_state).clone()
     }
@@ -465,16 +458,99 @@ impl Store<Token> {
     pub(crate) fn resend(&self, headers: &mut http::HeaderMap) {
         let token = self.current();
         headers.insert(http::header::AUTHORIZATION, token.header_value().clone());
-        self.count_retry(RetryOutcome::Sent);
+        self.count_retried();
     }
 }
 
-/// The store's answer to a refusal.
-enum Refused<C> {
-    /// A token newer than the refused one is already installed.
-    Newer(Arc<C>),
-    /// A read that starts after the response arrived will answer.
-    Reading(Ticket),
+/// A weak reference to a [`Store`](super::Store), held by background work (the timer, the
+/// watcher) so that it never keeps the store alive.
+pub(crate) struct WeakStore<C: Credential> {
+    shared: Weak<Shared<C>>,
+}
+
+impl<C: Credential> fmt::Debug for WeakStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origin = self.shared.upgrade().map(|s| s.origin.clone());
+        f.debug_struct("WeakStore")
+            .field("source", &origin)
+            .finish()
+    }
+}
+
+impl<C: Credential> Clone for WeakStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: Credential> WeakStore<C> {
+    /// Resolves when the store is dropped.
+    pub(crate) async fn closed(&self) {
+        if let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) {
+            while generations.changed().await.is_ok() {}
+        }
+    }
+
+    /// Reloads on behalf of `trigger`; `None` when the store is gone. The wait for the
+    /// read does not keep the store alive.
+    pub(crate) async fn reload(
+        &self,
+        trigger: Trigger,
+        recency: Recency,
+        report: OnFailure,
+    ) -> Option<Result<Reloaded, LoadError>> {
+        let (done, ticket) = {
+            let shared = self.shared.upgrade()?;
+            let wanted = shared.flight.wanted(recency);
+            let ask = Ask { trigger, report };
+            (shared.flight.done.subscribe(), shared.ask(wanted, ask))
+        };
+        wait(done, ticket).await
+    }
+
+    /// Records whether the store's file is watched.
+    pub(crate) fn set_watch_state(&self, state: WatchState) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.set_watch_state(state);
+        }
+    }
+
+    /// The refresher was dropped before the store: report it, and let the next use start
+    /// it again (see `shared`).
+    pub(crate) fn refresher_stopped(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.refresher_stopped();
+        }
+    }
+
+    /// The store, unless every `TokenStore` clone has been dropped.
+    pub(crate) fn upgrade(&self) -> Option<Store<C>> {
+        self.shared.upgrade().map(|shared| Store { shared })
+    }
+}
+
+/// How sure a refusal is that the server refused the credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Certainty {
+    /// The server said so: a 401, a certificate alert; or our verifier refused the
+    /// server's certificate.
+    Certain,
+    /// A connection that ended without an answer, as one whose certificate the server
+    /// refused after a TLS 1.3 handshake may: or for any other reason.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Possible,
+}
+
+/// A read asked for by a refusal. A store keeps the last of each [`Certainty`]: each is
+/// rate-limited on its own, so that a possible refusal (a connection that closed, which
+/// may have happened before the rotation was written) never spends the read that a
+/// certain one of the same generation needs.
+struct RefusalRead {
+    at: Instant,
+    generation: u64,
+    read: u64,
 }
 
 /// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and

@@ -1,8 +1,9 @@
 //! [`Shared`]: all the state of one store, held by each of its handles, and what acts on
-//! it: the reads its single flight ([`Flight`](super::flight::Flight)) numbers, run in a
-//! task of the store's own and ended here (install or keep the last good one, report,
-//! publish); and starting the store's refresher again when the runtime that ran it went
-//! away.
+//! it: the credential in use and replacing it (validate, keep the last good one, bump the
+//! generation); the reads its single flight ([`Flight`](super::flight::Flight)) numbers,
+//! run in a task of the store's own and ended here (install or keep the last good one,
+//! report, publish); and starting the store's refresher again when the runtime that ran it
+//! went away.
 //!
 //! The builder spawns a store's refresher (its timer and watcher) on the runtime that
 //! loads the store. A store can outlive that runtime: loaded by a short-lived runtime (a
@@ -16,23 +17,24 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::task::AbortHandle;
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tracing::field::display;
 
-use super::credential::Credential;
-use super::error::LoadError;
-use super::expiry::ExpiryWarnings;
-use super::flight::{Ask, Flight, OnFailure, Recency, Ticket, fetch};
-use super::install::{Current, credential_of};
-use super::refused::Refusals;
-use super::status::{Counters, WatchState};
-use super::telemetry::Telemetry;
-use super::weak::WeakStore;
-use crate::clock::Clock;
+use super::Stamp;
+use super::WeakStore;
+use super::credential::{Credential, event};
+use super::error::{Chain, LoadError};
+use super::flight::{Ask, Flight, OnFailure, Ticket, fetch};
+use super::status::{Counters, ExpiryWarnings, Reloaded, WatchState};
+use crate::clock::{Clock, Rfc3339};
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
+use crate::token::Freshness;
 
 /// What the store needs to know of its options.
 #[derive(Debug, Clone)]
@@ -45,104 +47,208 @@ pub(crate) struct Config {
     pub(crate) clock: Clock,
 }
 
-/// How to build a store's refresher again, from a weak reference to its state (the
-/// builder's `Start`, as `background.rs` keeps it: a type of its own would name the weak
-/// handle, which names this one).
-pub(super) type Restart<C> =
-    Box<dyn Fn(Weak<Shared<C>>) -> Pin<Box<dyn Future<Output = Running> + Send>> + Send + Sync>;
+/// A store's refresher, running.
+pub(crate) type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// How the builder starts a store's refresher again: subscribe, read once for what
+/// changed while nothing watched, then run the same timer and watcher.
+pub(crate) type Restart<C> = Box<dyn Fn(WeakStore<C>) -> Running + Send + Sync>;
+
+/// The store's word: the current generation, and a flag that sends every request through
+/// the layer's slow path while it is set. A request's one atomic load compares the word
+/// with its cached token's generation: equal means "the cached token is current and
+/// nothing needs the layer's attention".
+pub(super) mod word {
+    /// The store's refresher stopped while the store lives (its runtime shut down): the
+    /// next request (or `reload`) from a live runtime starts it again.
+    pub(in crate::store) const STOPPED: u64 = 1 << 63;
+    /// The generation's bits.
+    pub(in crate::store) const GENERATION: u64 = STOPPED - 1;
+}
+
+/// Why [`WatchState::Stopped`].
+const STOPPED: &str = "the store's refresher stopped while the store lives (its tokio runtime \
+                       shut down, or its future was dropped)";
 
 /// A store of `C`: what every handle of it shares.
 pub(crate) struct Shared<C: Credential> {
-    pub(super) current: Current<C>,
+    pub(super) credential: ArcSwap<C>,
+    /// The generation of `credential` and the flags of [`word`], written after `credential`.
+    pub(super) word: AtomicU64,
+    /// Announces each new generation.
+    pub(super) generations: watch::Sender<u64>,
+    /// The error of the last read, if it failed.
+    pub(super) last_error: Mutex<Option<LoadError>>,
     pub(super) source: Arc<dyn DynSource>,
     pub(super) parser: C::Parser,
     pub(super) origin: Arc<str>,
+    /// The `source` label of its metrics.
+    pub(super) label: Arc<str>,
     pub(super) config: Config,
     /// Where the store's reads run when the caller is outside any runtime: the runtime it
     /// was built in, or the one that last restarted its refresher.
     pub(super) runtime: Mutex<tokio::runtime::Handle>,
     pub(super) flight: Flight,
     pub(super) counters: Counters,
-    pub(super) refusals: Refusals,
+    /// The last read asked for by refusals, by [`Certainty`](super::Certainty).
+    pub(super) refusals: Mutex<[Option<super::RefusalRead>; 2]>,
     pub(super) watch_state: Mutex<WatchState>,
     pub(super) expiry: ExpiryWarnings,
-    pub(super) telemetry: Telemetry,
-    /// How to start the refresher again when it stops while the store lives; unset for a
+    /// How to start the refresher again when it stops while the store lives; `None` for a
     /// store whose refresher the caller runs ([`StoreBuilder::pair`](crate::StoreBuilder::pair)).
-    pub(super) restart: OnceLock<Restart<C>>,
+    pub(super) restart: Option<Restart<C>>,
 }
 
 impl<C: Credential> Shared<C> {
-    /// The state of a store just loaded with `first` (generation 1, read 1 done), whose
-    /// metrics carry the label `label`, on the current runtime.
-    pub(super) fn new(
-        first: C,
-        source: Arc<dyn DynSource>,
-        parser: C::Parser,
-        origin: Arc<str>,
-        config: Config,
-        label: Arc<str>,
-    ) -> Self {
-        Shared {
-            current: Current::new(first),
-            source,
-            parser,
-            origin,
-            config,
-            runtime: Mutex::new(tokio::runtime::Handle::current()),
-            flight: Flight::new(),
-            counters: Counters::first_read(),
-            refusals: Refusals::default(),
-            watch_state: Mutex::new(WatchState::Off),
-            expiry: ExpiryWarnings::default(),
-            telemetry: Telemetry::new(label),
-            restart: OnceLock::new(),
-        }
+    /// The word: the generation and the flags. One atomic load.
+    #[inline]
+    pub(super) fn word(&self) -> u64 {
+        self.word.load(Ordering::Acquire)
     }
 
     /// Warns (once per token) when the current token, just confirmed by a read of the
     /// source, has expired or is overdue for rotation: the rotator has stalled; and
     /// publishes the token's gauges.
     pub(super) fn check_expiry(&self) {
-        let current = self.current.load();
-        self.expiry
-            .check(&**current, self.config.clock.now(), &self.origin);
-        let stalled = self.expiry.stalled_since(&**current).is_some();
-        self.telemetry.token(&**current, stalled);
+        let current = self.credential.load();
+        let (token, e) = (&**current, &self.expiry);
+        let generation = token.generation();
+        // `fetch_max`: a check of an older token that finishes late cannot re-arm a warning.
+        let first = |seen: &AtomicU64| seen.fetch_max(generation, Ordering::AcqRel) < generation;
+        let exp = token.expires_at().map(|t| display(Rfc3339(t)));
+        let freshness = token.freshness_at(self.config.clock.now());
+        if freshness.is_stale() {
+            e.stalled.fetch_max(generation, Ordering::AcqRel);
+        }
+        match freshness {
+            Freshness::Expired => {
+                // An expired token is past overdue too: one warning says it all.
+                e.overdue.fetch_max(generation, Ordering::AcqRel);
+                if first(&e.expired) {
+                    tracing::warn!(
+                        source = %self.origin,
+                        %token,
+                        exp,
+                        "the token in use has expired and its source holds no newer token: \
+                         the server will refuse it"
+                    );
+                }
+            }
+            Freshness::Overdue if first(&e.overdue) => {
+                let overdue = token.overdue_at().map(|t| display(Rfc3339(t)));
+                tracing::warn!(
+                    source = %self.origin,
+                    %token,
+                    exp,
+                    overdue,
+                    "the token in use is overdue for rotation and its source holds no \
+                     newer token (a subPath mount, or a kubelet or writer that stopped?)"
+                );
+            }
+            _ => {}
+        }
+        crate::metrics::token(
+            &self.label,
+            &crate::metrics::TokenGauges {
+                kind: C::KIND.metric,
+                generation,
+                expires_at: token.expires_at(),
+                issued_at: token.issued_at().unwrap_or(token.loaded_at()),
+                changed_at: token.loaded_at(),
+                stalled: e.stalled_since(token).is_some(),
+            },
+        );
     }
 
     /// Records whether the store's file is watched, and whether anything refreshes it.
     pub(super) fn set_watch_state(&self, state: WatchState) {
-        self.telemetry.watch_state(&state);
+        crate::metrics::watch_state(&self.label, state.metric());
         *lock(&self.watch_state) = state;
     }
-}
 
-impl<C: Credential> Drop for Shared<C> {
-    fn drop(&mut self) {
-        self.flight.abort();
-    }
-}
-
-/// A store's refresher, running.
-pub(crate) type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Builds a store's refresher (the same timer and watcher each time): subscribes, then
-/// hands back the refresher to run.
-pub(crate) type Start<C> =
-    Arc<dyn Fn(WeakStore<C>) -> Pin<Box<dyn Future<Output = Running> + Send>> + Send + Sync>;
-
-/// Why [`WatchState::Stopped`].
-pub(super) const STOPPED: &str = "the store's refresher stopped while the store lives (its tokio \
-                       runtime shut down, or its future was dropped)";
-
-impl<C: Credential> Shared<C> {
-    /// Makes `start` the way to start the store's refresher again (a store whose refresher
-    /// the crate spawned).
-    pub(super) fn restart_with(&self, start: Start<C>) {
+    /// Installs `token`, a valid read, if it is new.
+    fn install(&self, token: C, trigger: Trigger) -> Reloaded {
+        *lock(&self.last_error) = None;
+        let old = self.credential.load_full();
+        if old.same(&token) {
+            event!(
+                C::KIND,
+                trace,
+                { trigger = trigger.as_str(), token = %old.logged(), },
+                "token unchanged",
+                "unchanged"
+            );
+            return Reloaded::Unchanged;
+        }
+        let to = old.generation() + 1;
+        let stamp = Stamp {
+            generation: to,
+            ..*token.stamp()
+        };
+        let token = token.stamped(stamp);
+        event!(
+            C::KIND,
+            info,
+            {
+                trigger = trigger.as_str(),
+                old = %old.logged(),
+                new = %token,
+                generation = to,
+            },
+            "token rotated",
+            "rotated"
+        );
+        // Counted before it is published: whoever sees the new credential sees its
+        // rotation counted in `status()`.
+        Counters::bump(&self.counters.rotations);
+        self.credential.store(Arc::new(token));
+        // The flags stay.
         let _ = self
-            .restart
-            .set(Box::new(move |shared| start(WeakStore::new(shared))));
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some((w & !word::GENERATION) | to)
+            });
+        self.generations.send_replace(to);
+        Reloaded::Rotated
+    }
+
+    /// Counts, logs and keeps a failed read's error; the credential in use stays.
+    fn report_failure(&self, error: &LoadError, trigger: Trigger) {
+        Counters::bump(&self.counters.failures);
+        let current = self.credential.load();
+        event!(
+            C::KIND,
+            warn,
+            {
+                trigger = trigger.as_str(),
+                token = %current.logged(),
+                error = %Chain(error),
+            },
+            "token reload failed; keeping the last good token",
+            "reload failed; keeping the last good one"
+        );
+        *lock(&self.last_error) = Some(error.clone());
+    }
+
+    /// The refresher was dropped before the store: report it, and let the next use start
+    /// it again (see the module docs).
+    pub(super) fn refresher_stopped(&self) {
+        self.set_watch_state(WatchState::Stopped {
+            reason: STOPPED.to_owned(),
+        });
+        let restarts = self.restart.is_some();
+        if restarts {
+            self.word.fetch_or(word::STOPPED, Ordering::AcqRel);
+        }
+        tracing::warn!(
+            source = %self.origin,
+            "nothing refreshes the token any more: {STOPPED}; {}",
+            if restarts {
+                "the next request or reload from a live runtime starts it again"
+            } else {
+                "its refresher came from `StoreBuilder::pair`, so nothing starts it again"
+            }
+        );
     }
 
     /// Starts the refresher again on the current runtime, if it stopped, the store knows
@@ -150,125 +256,119 @@ impl<C: Credential> Shared<C> {
     /// cleared.
     #[cold]
     pub(super) fn revive(self: &Arc<Self>) {
-        let Some(start) = self.restart.get() else {
+        let (Some(restart), Ok(runtime)) = (&self.restart, tokio::runtime::Handle::try_current())
+        else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if !self.current.resume() {
+        if self.word.fetch_and(!word::STOPPED, Ordering::AcqRel) & word::STOPPED == 0 {
             return;
         }
         *lock(&self.runtime) = runtime.clone();
         self.set_watch_state(WatchState::Off);
-        // Subscribed in the task (following links and watching directories touches the
-        // filesystem, never on the caller's thread), then one read, for what changed while
-        // nothing watched, before the refresher runs.
-        let subscribe = start(Arc::downgrade(self));
-        let weak = WeakStore::new(Arc::downgrade(self));
-        runtime.spawn(async move {
-            let refresher = subscribe.await;
-            let _ = weak
-                .reload(Trigger::Timer, Recency::AfterNow, OnFailure::Report)
-                .await;
-            refresher.await;
-        });
+        runtime.spawn(restart(WeakStore {
+            shared: Arc::downgrade(self),
+        }));
         tracing::info!(
             source = %self.origin,
             "the store's refresher started again on the current runtime"
         );
     }
-}
 
-impl<C: Credential> Shared<C> {
     /// Asks for read number `wanted` or a later one, starting or queueing it as needed.
+    /// A read that starts runs in a task, with any read queued after it, on the caller's
+    /// runtime, which is being driven right now; on the store's own (where it was built)
+    /// when called from outside any runtime (the watcher's thread).
     pub(super) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
-        self.flight
-            .ask(wanted, ask, |n, trigger| self.spawn_read(n, trigger))
-    }
-
-    /// Starts the task that runs read `n`, and any queued after it.
-    fn spawn_read(self: &Arc<Self>, n: u64, trigger: Trigger) -> AbortHandle {
-        // The caller's runtime, which is being driven right now; the store's own (where
-        // it was built) when called from outside any runtime (the watcher's thread).
-        let runtime =
-            tokio::runtime::Handle::try_current().unwrap_or_else(|_| lock(&self.runtime).clone());
-        runtime
-            .spawn(read_loop(
-                Arc::downgrade(self),
-                self.source.clone(),
-                n,
-                trigger,
-            ))
-            .abort_handle()
+        self.flight.ask(wanted, ask, |n, trigger| {
+            let runtime = tokio::runtime::Handle::try_current()
+                .unwrap_or_else(|_| lock(&self.runtime).clone());
+            let task = runtime.spawn(read_loop(Arc::downgrade(self), n, trigger));
+            task.abort_handle()
+        })
     }
 
     /// Ends read `n` with `result`: reports a failure if a caller asked for that,
-    /// publishes the result, and says whether it installed the token (or found it
-    /// unchanged) and which read to start next, if one was queued.
+    /// publishes the result, and says which read to start next, if one was queued.
     fn finish(
         &self,
         n: u64,
         trigger: Trigger,
         fetched: Result<Fetched, LoadError>,
-    ) -> (bool, Option<(u64, Trigger)>) {
+    ) -> Option<(u64, Trigger)> {
         Counters::bump(&self.counters.reads);
-        let result = fetched.and_then(|f| {
-            let token = credential_of(
-                f,
-                &self.parser,
-                &self.origin,
-                self.config.clock,
-                self.config.max_size,
-            )?;
-            Ok(self.current.install(token, trigger, &self.counters))
-        });
-        self.telemetry.reload(trigger, &result);
-        let mut reads = self.flight.lock();
-        if let (Err(error), Some(OnFailure::Report)) = (&result, reads.report()) {
-            self.current.report_failure(error, trigger, &self.counters);
+        let result = fetched
+            .and_then(|f| credential_of(f, &self.parser, &self.origin, &self.config, 0))
+            .map(|token| self.install(token, trigger));
+        let outcome = match result {
+            Ok(Reloaded::Rotated) => "rotated",
+            Ok(Reloaded::Unchanged) => "unchanged",
+            Err(_) => "failed",
+        };
+        crate::metrics::reload(&self.label, trigger.as_str(), outcome);
+        let mut reads = lock(&self.flight.reads);
+        let report = reads.running.as_ref().map(|(ask, _)| ask.report);
+        if let (Err(error), Some(OnFailure::Report)) = (&result, report) {
+            self.report_failure(error, trigger);
         }
-        let installed = result.is_ok();
         self.flight.publish(n, result);
         self.check_expiry();
-        let next = reads.next();
-        (installed, next)
+        reads.next()
     }
 }
 
+/// A dropped store's read ends with it.
+impl<C: Credential> Drop for Shared<C> {
+    fn drop(&mut self) {
+        if let Some((_, task)) = lock(&self.flight.reads).running.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A fetched read as a store's credential of `generation` (0 until it is installed),
+/// stamped with the time of the read on the store's clock and the source's dates.
+pub(super) fn credential_of<C: Credential>(
+    fetched: Fetched,
+    parser: &C::Parser,
+    origin: &Arc<str>,
+    config: &Config,
+    generation: u64,
+) -> Result<C, LoadError> {
+    let stamp = Stamp {
+        generation,
+        loaded_at: config.clock.now(),
+        source_expiry: fetched.expires_at(),
+        refresh_at: fetched.refresh_at(),
+    };
+    Ok(C::from_fetched(fetched, parser, origin, config.max_size, stamp.loaded_at)?.stamped(stamp))
+}
+
 /// The read task: read `n`, then any read queued meanwhile, until none is.
-async fn read_loop<C: Credential>(
-    store: Weak<Shared<C>>,
-    source: Arc<dyn DynSource>,
-    mut n: u64,
-    mut trigger: Trigger,
-) {
-    let Some((origin, config)) = store
+async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Trigger) {
+    let Some((source, origin, config)) = store
         .upgrade()
-        .map(|s| (s.origin.clone(), s.config.clone()))
+        .map(|s| (s.source.clone(), s.origin.clone(), s.config.clone()))
     else {
         return;
     };
-    let mut unfinished = Unfinished {
-        store: store.clone(),
-        origin: origin.clone(),
-        read: n,
+    let mut task = Unfinished {
+        store,
+        read,
         trigger,
     };
     loop {
-        let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
+        let cx = FetchContext::new(task.trigger, config.max_size).on(config.clock);
         let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await;
-        let Some(shared) = store.upgrade() else {
+        let Some(shared) = task.store.upgrade() else {
             return;
         };
-        match shared.finish(n, trigger, fetched).1 {
-            Some(next) => (n, trigger) = next,
+        match shared.finish(task.read, task.trigger, fetched) {
+            Some(next) => (task.read, task.trigger) = next,
             None => {
-                unfinished.read = 0;
+                task.read = 0;
                 return;
             }
         }
-        (unfinished.read, unfinished.trigger) = (n, trigger);
     }
 }
 
@@ -277,7 +377,6 @@ async fn read_loop<C: Credential>(
 /// starts a new read.
 struct Unfinished<C: Credential> {
     store: Weak<Shared<C>>,
-    origin: Arc<str>,
     /// The read in flight; 0 once the task ended normally.
     read: u64,
     trigger: Trigger,
@@ -285,26 +384,21 @@ struct Unfinished<C: Credential> {
 
 impl<C: Credential> Drop for Unfinished<C> {
     fn drop(&mut self) {
-        if self.read == 0 {
-            return;
-        }
-        let Some(shared) = self.store.upgrade() else {
+        let Some(shared) = self.store.upgrade().filter(|_| self.read != 0) else {
             return;
         };
         let error = LoadError::Fetch {
-            origin: self.origin.clone(),
+            origin: shared.origin.clone(),
             error: Arc::new(std::io::Error::other(
                 "the read was dropped unfinished: the tokio runtime running it shut down",
             )),
         };
-        shared
-            .current
-            .report_failure(&error, self.trigger, &shared.counters);
-        let flight = &shared.flight;
-        let mut reads = flight.lock();
+        shared.report_failure(&error, self.trigger);
+        let mut reads = lock(&shared.flight.reads);
         // The queued read cannot run either: it ends with the same error, and the next
         // caller starts anew.
-        let read = reads.abandon();
-        flight.publish(read, Err(error));
+        let read = reads.next().map_or(reads.started, |(queued, _)| queued);
+        reads.running = None;
+        shared.flight.publish(read, Err(error));
     }
 }

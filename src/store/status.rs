@@ -1,9 +1,11 @@
 //! What a store tells about itself: [`Status`], [`WatchState`], the counters behind them,
-//! and the outcomes they count ([`Reloaded`], [`RetryOutcome`]).
+//! what a read did ([`Reloaded`]), and the warnings of a stalled
+//! rotator ([`ExpiryWarnings`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+use super::credential::Credential;
 use super::error::LoadError;
 
 /// Whether the store learns of changes to its files as they happen.
@@ -30,6 +32,18 @@ pub enum WatchState {
         /// What stopped.
         reason: String,
     },
+}
+
+impl WatchState {
+    /// The `state` label of its metric.
+    pub(super) fn metric(&self) -> &'static str {
+        match self {
+            WatchState::Active => "active",
+            WatchState::Degraded { .. } => "degraded",
+            WatchState::Off => "off",
+            WatchState::Stopped { .. } => "stopped",
+        }
+    }
 }
 
 /// A snapshot of a store's state, for health checks and debugging. Holds no secret.
@@ -113,17 +127,6 @@ pub(crate) enum Reloaded {
     Rotated,
 }
 
-/// How a retry went, for the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RetryOutcome {
-    /// The request was sent again with a newer token.
-    Sent,
-    /// The second response was not unauthorized.
-    Succeeded,
-    /// The second response was unauthorized too.
-    Refused,
-}
-
 /// What a store counts, for its status.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -137,23 +140,33 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// The counters of a store just loaded: one read, the load's.
-    pub(crate) fn first_read() -> Self {
-        Self {
-            reads: AtomicU64::new(1),
-            ..Self::default()
-        }
-    }
-
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
+}
 
-    pub(crate) fn retry(&self, outcome: RetryOutcome) {
-        match outcome {
-            RetryOutcome::Sent => Self::bump(&self.retries),
-            RetryOutcome::Succeeded => Self::bump(&self.retries_succeeded),
-            RetryOutcome::Refused => {}
+/// Warnings about a token that the source should have replaced by now: checked after each
+/// read of the source (never on the request path), so that "the file has not changed" is
+/// something the store has just seen, not a guess. Each is logged once per token.
+///
+/// Holds the generations already warned about, one counter per warning, and the generation of
+/// a token found stale (overdue or expired) by a read that found nothing newer: a stalled
+/// rotator.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryWarnings {
+    pub(super) expired: AtomicU64,
+    pub(super) overdue: AtomicU64,
+    pub(super) stalled: AtomicU64,
+}
+
+impl ExpiryWarnings {
+    /// Since when `token` (the one in use) has been stalled: the point at which it became
+    /// overdue, if a check found it stale; `None` for a token never found stale (a newer
+    /// token clears the signal by being another generation).
+    pub(crate) fn stalled_since<C: Credential>(&self, token: &C) -> Option<SystemTime> {
+        if self.stalled.load(Ordering::Acquire) != token.generation() {
+            return None;
         }
+        token.overdue_at().or(token.expires_at())
     }
 }
