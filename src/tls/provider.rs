@@ -9,13 +9,9 @@ use super::CertificateError;
 
 /// The provider for a new identity, bundle or client configuration: the process default
 /// the application installed, else the provider of the enabled feature (`ring` first,
-/// then `aws-lc-rs`), else [`CertificateError::NoCryptoProvider`].
-pub(crate) fn provider() -> Result<Arc<CryptoProvider>, CertificateError> {
-    named().map(|(provider, _)| provider)
-}
-
-/// [`provider`], and its name for an error: `ring`, `aws-lc-rs`, or (one the application
-/// installed, which says nothing of itself) [`INSTALLED`].
+/// then `aws-lc-rs`), else [`CertificateError::NoCryptoProvider`]; and its name for an
+/// error: `ring`, `aws-lc-rs`, or (one the application installed, which says nothing of
+/// itself) [`INSTALLED`].
 pub(crate) fn named() -> Result<(Arc<CryptoProvider>, &'static str), CertificateError> {
     pick(CryptoProvider::get_default(), FEATURE)
 }
@@ -34,7 +30,7 @@ const FEATURE: Option<Feature> = Some((rustls::crypto::aws_lc_rs::default_provid
 #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
 const FEATURE: Option<Feature> = None;
 
-/// The order of [`provider`], on its inputs.
+/// The order of [`named`], on its inputs.
 fn pick(
     installed: Option<&Arc<CryptoProvider>>,
     feature: Option<Feature>,
