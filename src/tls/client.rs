@@ -311,15 +311,6 @@ struct Classified {
     dialled: Option<Generations>,
 }
 
-impl Classified {
-    fn certainty(&self) -> Certainty {
-        match self.failure {
-            Failure::Refused => Certainty::Certain,
-            Failure::NotWritten | Failure::Uncertain => Certainty::Possible,
-        }
-    }
-}
-
 /// Whether `outcome` is a refusal, or may be one.
 fn refusal(outcome: &Outcome) -> Option<Classified> {
     let refusal = |blame, failure, dialled: Option<&Dialled>| Classified {
@@ -402,7 +393,10 @@ where
     // the certificate: both reload, and the request goes again once, with both.
     let unauthorized = matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
     let token = carried.filter(|_| unauthorized);
-    let certainty = classified.certainty();
+    let certainty = match classified.failure {
+        Failure::Refused => Certainty::Certain,
+        Failure::NotWritten | Failure::Uncertain => Certainty::Possible,
+    };
     let Some(refused) = Refusal::new(&shared.stores, classified.blame, sent, certainty, token)
     else {
         return outcome;
