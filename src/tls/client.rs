@@ -14,7 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +25,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Builder, Client, Error};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
@@ -33,7 +34,7 @@ use super::refusal::{Blame, blame};
 use super::stores::{Generations, Refusal, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::refusal::{Carried, Failure, Refused, clone_request, may_send_again};
+use crate::refusal::{AfterRefusal, Carried, Failure, Refused, clone_request, may_send_again};
 use crate::store::Certainty;
 use crate::sync::lock;
 
@@ -243,6 +244,11 @@ where
         }
         current.clone()
     }
+
+    /// The pool of the credentials current now.
+    fn pool_now(&self) -> Arc<Pool<B>> {
+        self.pool_for(self.stores.generations())
+    }
 }
 
 impl<B> HttpsClient<B>
@@ -282,7 +288,13 @@ where
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.
         let sent = self.pool.generations;
-        Box::pin(respond(fut, self.shared.clone(), sent, replay, carried))
+        Box::pin(ResponseFuture {
+            state: State::First { fut },
+            shared: self.shared.clone(),
+            sent,
+            replay,
+            carried,
+        })
     }
 }
 
@@ -309,6 +321,15 @@ struct Classified {
     failure: Failure,
     /// The generations of the connection it came on, when known.
     dialled: Option<Generations>,
+}
+
+impl Classified {
+    fn certainty(&self) -> Certainty {
+        match self.failure {
+            Failure::Refused => Certainty::Certain,
+            Failure::NotWritten | Failure::Uncertain => Certainty::Possible,
+        }
+    }
 }
 
 /// Whether `outcome` is a refusal, or may be one.
@@ -369,66 +390,102 @@ fn closed_before_pooled(error: &Error) -> bool {
             .is_some_and(hyper::Error::is_closed)
 }
 
-/// The answer of [`HttpsClient`]: hyper-util's, and after a refusal the reload of the
-/// credential refused and, for a request that can be, its second sending.
-async fn respond<B>(
-    fut: hyper_util::client::legacy::ResponseFuture,
-    shared: Arc<Shared<B>>,
-    sent: Generations,
-    mut replay: Option<Request<B>>,
-    // The token of the retry layer above, reloaded with the certificate on a 401.
-    carried: Option<Carried>,
-) -> Outcome
+pin_project! {
+    /// The response future of [`HttpsClient`]: hyper-util's, and after a refusal the
+    /// reload of the credential refused and, for a request that can be, its second
+    /// sending.
+    struct ResponseFuture<B> {
+        #[pin]
+        state: State,
+        shared: Arc<Shared<B>>,
+        sent: Generations,
+        replay: Option<Request<B>>,
+        // The token of the retry layer above, reloaded with the certificate on a 401.
+        carried: Option<Carried>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State {
+        First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
+        // Boxed: the refusal's steps are larger than the rest of the future together,
+        // and every request's future would carry their room.
+        Refused {
+            after: Pin<Box<AfterRefusal<Outcome, Either<Incoming, Empty<Bytes>>>>>,
+            refused: Refusal,
+        },
+        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, refused: Refusal },
+    }
+}
+
+impl<B> Future for ResponseFuture<B>
 where
     B: http_body::Body + TryCloneBody + Send + 'static + Unpin,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let outcome = fut.await;
-    let Some(classified) = refusal(&outcome) else {
-        return outcome;
-    };
-    let sent = classified.dialled.unwrap_or(sent);
-    // A 401 may refuse the token the layer above handed down, as well as (or instead of)
-    // the certificate: both reload, and the request goes again once, with both.
-    let unauthorized = matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
-    let token = carried.filter(|_| unauthorized);
-    let certainty = match classified.failure {
-        Failure::Refused => Certainty::Certain,
-        Failure::NotWritten | Failure::Uncertain => Certainty::Possible,
-    };
-    let Some(refused) = Refusal::new(&shared.stores, classified.blame, sent, certainty, token)
-    else {
-        return outcome;
-    };
-    let resend = replay
-        .as_ref()
-        .is_some_and(|r| may_send_again(r.method(), classified.failure));
-    if !resend {
-        // Not sent again: the reload starts for the requests that follow.
-        refused.reload_later();
-        return marked(&refused, outcome);
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::First { fut } => {
+                    let outcome = ready!(fut.poll(cx));
+                    let Some(refusal) = refusal(&outcome) else {
+                        return Poll::Ready(outcome);
+                    };
+                    let sent = refusal.dialled.unwrap_or(*this.sent);
+                    // A 401 may refuse the token the layer above handed down, as well as
+                    // (or instead of) the certificate: both reload, and the request goes
+                    // again once, with both.
+                    let unauthorized =
+                        matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
+                    let token = this.carried.take().filter(|_| unauthorized);
+                    let stores = &this.shared.stores;
+                    let certainty = refusal.certainty();
+                    let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty, token)
+                    else {
+                        return Poll::Ready(outcome);
+                    };
+                    let resend = this
+                        .replay
+                        .as_ref()
+                        .is_some_and(|r| may_send_again(r.method(), refusal.failure));
+                    if !resend {
+                        // Not sent again: the reload starts for the requests that follow.
+                        refused.reload_later();
+                        return Poll::Ready(marked(&refused, outcome));
+                    }
+                    let after = refused.after(outcome);
+                    this.state.set(State::Refused {
+                        after: Box::pin(after),
+                        refused,
+                    });
+                }
+                StateProj::Refused { after, refused } => {
+                    let replay = &mut *this.replay;
+                    let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
+                    if let Err(answer) = ready!(after.as_mut().poll_with(cx, replayable)) {
+                        return Poll::Ready(marked(refused, answer));
+                    }
+                    let refused = std::mem::take(refused);
+                    let mut req = this.replay.take().expect("a refusal is retried once");
+                    refused.resending(req.headers_mut());
+                    // The pool of the credentials current now: a connection made with
+                    // the new one.
+                    let fut = this.shared.pool_now().client.request(req);
+                    this.state.set(State::Retrying { fut, refused });
+                }
+                StateProj::Retrying { fut, refused } => {
+                    let outcome = ready!(fut.poll(cx));
+                    refused.resent(refusal(&outcome).is_some());
+                    return Poll::Ready(marked(refused, outcome));
+                }
+            }
+        }
     }
-    // Boxed: the refusal's steps are larger than the rest of the future together, and
-    // every request's future would carry their room.
-    let mut after = Box::pin(refused.after(outcome));
-    // Held `&mut`, and asked in each poll: the body need not be `Sync` for the future to
-    // be `Send`.
-    let replay_mut = &mut replay;
-    let reloaded = std::future::poll_fn(move |cx| {
-        let replayable = || replay_mut.as_ref().is_some_and(|r| r.body().start_replay());
-        after.as_mut().poll_with(cx, replayable)
-    });
-    if let Err(answer) = reloaded.await {
-        return marked(&refused, answer);
-    }
-    let mut req = replay.expect("a refusal is retried once");
-    refused.resending(req.headers_mut());
-    // The pool of the credentials current now: a connection made with the new one.
-    let pool = shared.pool_for(shared.stores.generations());
-    let outcome = pool.client.request(req).await;
-    refused.resent(refusal(&outcome).is_some());
-    marked(&refused, outcome)
 }
 
 /// `outcome`, marked when the layer above must not send it again (see [`Refusal::mark`]).
