@@ -472,11 +472,7 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
                     async move {
                         let cert = part(cert.map(Zeroizing::new), cert_file).await?;
                         let key = part(key, key_file).await?;
-                        let mut pem =
-                            Zeroizing::new(Vec::with_capacity(cert.len() + 1 + key.len()));
-                        pem.extend_from_slice(&cert);
-                        pem.push(b'\n');
-                        pem.extend_from_slice(&key);
+                        let mut pem = Zeroizing::new([&cert[..], b"\n", &key[..]].concat());
                         // Moved to the store, not copied.
                         Ok::<_, std::io::Error>(std::mem::take(&mut *pem))
                     }

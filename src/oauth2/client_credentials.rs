@@ -7,8 +7,8 @@ use http::Uri;
 
 use super::auth::ClientAuth;
 use super::error::Error;
-use super::form::Form;
 use super::request::Endpoint;
+use super::request::Form;
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
 

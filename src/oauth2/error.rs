@@ -1,6 +1,5 @@
 //! [`Error`]: why the token endpoint gave no token.
 
-use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
@@ -62,7 +61,7 @@ pub enum Error {
     },
     /// The token endpoint answered with an OAuth 2.0 error (RFC 6749 §5.2):
     /// `invalid_client`, `invalid_grant`, `invalid_scope`, `unauthorized_client`, ...
-    #[error("the token endpoint answered {code} (HTTP {}){}", status.as_u16(), Described(description.as_deref()))]
+    #[error("the token endpoint answered {code} (HTTP {}){}", status.as_u16(), description.as_deref().map_or_else(String::new, |d| format!(": {d}")))]
     OAuth {
         /// The HTTP status (400 or 401, for most).
         status: StatusCode,
@@ -108,18 +107,6 @@ impl Error {
         match self {
             Error::OAuth { code, .. } => Some(code),
             _ => None,
-        }
-    }
-}
-
-/// `: <description>`, or nothing.
-struct Described<'a>(Option<&'a str>);
-
-impl fmt::Display for Described<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(description) => write!(f, ": {description}"),
-            None => Ok(()),
         }
     }
 }

@@ -70,9 +70,7 @@ mod auth;
 mod client_credentials;
 mod error;
 mod exchange;
-mod form;
 mod request;
-mod token_file;
 
 pub use auth::ClientAuth;
 pub use client_credentials::ClientCredentials;

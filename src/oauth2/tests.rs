@@ -3,10 +3,8 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use super::auth::{JWT_BEARER, basic};
-use super::form::Form;
-use super::request::{parse, read_answer};
-use super::token_file::read_token_file;
+use super::auth::{JWT_BEARER, basic, read_token_file};
+use super::request::{Form, parse, read_answer};
 use super::*;
 use crate::source::{FetchContext, TokenSource};
 

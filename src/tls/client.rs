@@ -29,7 +29,7 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{Dialled, HttpsOnly, Serves, Tagging, Verdict, https_connector};
+use super::connect::{Dialled, Serves, Tagging, Verdict, https_connector};
 use super::refusal::{Blame, blame};
 use super::stores::{Generations, Refusal, Stores};
 use super::{IdentityStore, RootStore};
@@ -41,7 +41,7 @@ use crate::sync::lock;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The connector under every pool.
-type Connector = Tagging<HttpsOnly<HttpsConnector<HttpConnector>>>;
+type Connector = Tagging<HttpsConnector<HttpConnector>>;
 
 /// A hyper-util HTTPS client (rustls with ring) that presents an
 /// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
@@ -193,14 +193,13 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let inner = HttpsOnly(https_connector(
-            &stores,
-            settings.server_name.clone(),
-            settings.connect_timeout,
-            Serves::Any,
-        ));
         let connector = Tagging {
-            inner,
+            inner: https_connector(
+                &stores,
+                settings.server_name.clone(),
+                settings.connect_timeout,
+                Serves::Any,
+            ),
             stores: Arc::new(stores.clone()),
         };
         let pool = Arc::new(Pool {
@@ -299,28 +298,14 @@ where
     }
 }
 
-/// What came back refused: a 401, or an error.
-enum Answer {
-    Response(Response<Incoming>),
-    Error(Error),
-}
-
-impl Answer {
-    fn into_outcome(self) -> Outcome {
-        match self {
-            Answer::Response(response) => Ok(response),
-            Answer::Error(error) => Err(error),
-        }
-    }
-}
-
-impl Refused for Answer {
+/// What came back refused, a 401 or an error, is drained as a refusal.
+impl Refused for Outcome {
     type Body = Either<Incoming, Empty<Bytes>>;
 
     fn into_body(self) -> Self::Body {
         match self {
-            Answer::Response(response) => Either::Left(response.into_body()),
-            Answer::Error(_) => Either::Right(Empty::new()),
+            Ok(response) => Either::Left(response.into_body()),
+            Err(_) => Either::Right(Empty::new()),
         }
     }
 }
@@ -427,7 +412,7 @@ pin_project! {
         // Boxed: the refusal's steps are larger than the rest of the future together,
         // and every request's future would carry their room.
         Refused {
-            after: Pin<Box<AfterRefusal<Answer, Either<Incoming, Empty<Bytes>>>>>,
+            after: Pin<Box<AfterRefusal<Outcome, Either<Incoming, Empty<Bytes>>>>>,
             refused: Refusal,
         },
         Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, refused: Refusal },
@@ -473,11 +458,7 @@ where
                         refused.reload_later();
                         return Poll::Ready(marked(&refused, outcome));
                     }
-                    let answer = match outcome {
-                        Ok(response) => Answer::Response(response),
-                        Err(error) => Answer::Error(error),
-                    };
-                    let after = refused.after(answer);
+                    let after = refused.after(outcome);
                     this.state.set(State::Refused {
                         after: Box::pin(after),
                         refused,
@@ -487,7 +468,7 @@ where
                     let replay = &mut *this.replay;
                     let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
                     if let Err(answer) = ready!(after.as_mut().poll_with(cx, replayable)) {
-                        return Poll::Ready(marked(refused, answer.into_outcome()));
+                        return Poll::Ready(marked(refused, answer));
                     }
                     let refused = std::mem::take(refused);
                     let mut req = this.replay.take().expect("a refusal is retried once");

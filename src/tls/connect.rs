@@ -57,7 +57,7 @@ pub(crate) fn https_connector(
     http.set_nodelay(true);
     http.set_connect_timeout(connect_timeout);
     // A credential never goes out in plain text: an `http` URI is refused (and
-    // `HttpsOnly` above says so by name first).
+    // `Tagging` above says so by name first).
     let tls = HttpsConnectorBuilder::new()
         .with_tls_config(stores.client_config())
         .https_only();
@@ -73,35 +73,9 @@ pub(crate) fn https_connector(
 }
 
 /// Refuses a URI that is not `https` before anything is dialled, with an error that
-/// names it: the request would carry the token the layer above put on it, and the
-/// client's certificate stands for TLS.
-#[derive(Debug, Clone)]
-pub(crate) struct HttpsOnly<C>(pub(crate) C);
-
-impl<C> Service<Uri> for HttpsOnly<C>
-where
-    C: Service<Uri, Error = BoxError>,
-    C::Response: Send + 'static,
-    C::Future: Send + 'static,
-{
-    type Response = C::Response;
-    type Error = BoxError;
-    // Boxed: once a dial, which a TCP and TLS handshake dwarf.
-    type Future = Pin<Box<dyn Future<Output = Result<C::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        if uri.scheme() != Some(&Scheme::HTTPS) {
-            return Box::pin(std::future::ready(Err(UriError::NotHttps { uri }.into())));
-        }
-        Box::pin(self.0.call(uri))
-    }
-}
-
-/// Tags the connections of `inner` with the generations of `stores`.
+/// names it (the request would carry the token the layer above put on it, and the
+/// client's certificate stands for TLS), and tags the connections of `inner` with the
+/// generations of `stores`.
 #[derive(Debug, Clone)]
 pub(crate) struct Tagging<C> {
     pub(crate) inner: C,
@@ -109,51 +83,40 @@ pub(crate) struct Tagging<C> {
     pub(crate) stores: Arc<Stores>,
 }
 
-impl<C: Service<Uri>> Service<Uri> for Tagging<C> {
+impl<C> Service<Uri> for Tagging<C>
+where
+    C: Service<Uri>,
+    C::Error: Into<BoxError>,
+    C::Response: Send + 'static,
+    C::Future: Send + 'static,
+{
     type Response = Tagged<C::Response>;
-    type Error = C::Error;
-    type Future = Dialling<C::Future>;
+    type Error = BoxError;
+    // Boxed: once a dial, which a TCP and TLS handshake dwarf.
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
+        if uri.scheme() != Some(&Scheme::HTTPS) {
+            return Box::pin(std::future::ready(Err(UriError::NotHttps { uri }.into())));
+        }
         // Read before the handshake, which reads the credentials after: a connection is
         // never tagged newer than what it presented.
-        let tag = self.stores.generations();
-        Dialling {
-            fut: self.inner.call(uri),
-            tag,
-            stores: Some(self.stores.clone()),
-        }
-    }
-}
-
-pin_project! {
-    /// A connection being made.
-    pub(crate) struct Dialling<F> {
-        #[pin]
-        fut: F,
-        tag: Generations,
-        stores: Option<Arc<Stores>>,
-    }
-}
-
-impl<F: Future<Output = Result<T, E>>, T, E> Future for Dialling<F> {
-    type Output = Result<Tagged<T>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let io = ready!(this.fut.poll(cx))?;
-        Poll::Ready(Ok(Tagged {
-            io,
-            dialled: Dialled {
-                generations: *this.tag,
-                state: Arc::default(),
-            },
-            stores: this.stores.take().expect("polled after completion"),
-        }))
+        let generations = self.stores.generations();
+        let (dial, stores) = (self.inner.call(uri), self.stores.clone());
+        Box::pin(async move {
+            let io = dial.await.map_err(Into::into)?;
+            let state = Arc::default();
+            let dialled = Dialled { generations, state };
+            Ok(Tagged {
+                io,
+                dialled,
+                stores,
+            })
+        })
     }
 }
 

@@ -11,8 +11,9 @@ use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
+use super::key_type::{key_type, remedy};
 use super::source::{Parse, Parsed, Pem, PemFiles, PemParser, digest};
-use super::{Certificate, CertificateError, KeyType};
+use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::ExecSource;
 use crate::source::TokenSource;
@@ -80,13 +81,13 @@ impl Parse for Identity {
         };
         // Read before the provider takes the key: a key it cannot sign with is refused
         // here, naming its type, rather than at the first handshake.
-        let key_type = KeyType::of(&key);
+        let key_type = key_type(&key);
         let (provider, name) = super::provider::named()?;
         let signer = provider.key_provider.load_private_key(key).map_err(|_| {
             CertificateError::UnsupportedKey {
-                key_type: key_type.to_string(),
+                remedy: remedy(&key_type, name),
+                key_type,
                 provider: name,
-                remedy: key_type.remedy(name),
             }
         })?;
         let infos = chain
@@ -157,7 +158,7 @@ impl Parse for Identity {
 /// ```
 #[derive(Clone)]
 pub struct IdentityStore {
-    store: Store<Pem<Identity>>,
+    pub(super) store: Store<Pem<Identity>>,
 }
 
 impl fmt::Debug for IdentityStore {
@@ -173,7 +174,7 @@ impl IdentityStore {
     /// A builder of the store on `source`, whose bytes are PEM holding the certificate
     /// chain and its private key.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<IdentityStore> {
-        StoreBuilder::of(source, PemParser::default(), Self::from_store)
+        StoreBuilder::of(source, PemParser::default(), |store| Self { store })
     }
 
     /// A builder of the store on a certificate (with its chain) and its private key in two
@@ -198,10 +199,6 @@ impl IdentityStore {
     /// identity's expiry.
     pub fn exec(plugin: ExecSource) -> StoreBuilder<IdentityStore> {
         Self::builder(plugin.client_certificate())
-    }
-
-    fn from_store(store: Store<Pem<Identity>>) -> Self {
-        Self { store }
     }
 
     /// The certificate presented now (the chain's first).
@@ -246,15 +243,6 @@ impl IdentityStore {
     pub fn resolver(&self) -> Arc<dyn ResolvesClientCert> {
         Arc::new(Resolver(self.clone()))
     }
-
-    /// The chain and key presented now.
-    pub(crate) fn certified_key(&self) -> Arc<CertifiedKey> {
-        self.store.current().key.clone()
-    }
-
-    pub(crate) fn store(&self) -> &Store<Pem<Identity>> {
-        &self.store
-    }
 }
 
 /// Answers with the current identity.
@@ -267,7 +255,7 @@ impl ResolvesClientCert for Resolver {
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.certified_key())
+        Some(self.0.store.current().key.clone())
     }
 
     fn has_certs(&self) -> bool {

@@ -216,7 +216,6 @@ pub use certificate::Certificate;
 pub use client::HttpsClient;
 pub use error::{CertificateError, UriError};
 pub use identity::IdentityStore;
-pub(crate) use key_type::KeyType;
 pub use roots::RootStore;
 
 /// Whether `pem` is a client identity the [`IdentityStore`] would install, or why not: for

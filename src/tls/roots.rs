@@ -78,7 +78,7 @@ impl Parse for Roots {
         if ders.is_empty() {
             return Err(CertificateError::NoCertificate);
         }
-        let provider = super::provider::provider()?;
+        let (provider, _) = super::provider::named()?;
         let mut roots = RootCertStore::empty();
         let (mut certificates, mut used, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
         for (i, der) in ders.into_iter().enumerate() {
@@ -165,7 +165,7 @@ impl Parse for Roots {
 /// ```
 #[derive(Clone)]
 pub struct RootStore {
-    store: Store<Pem<Roots>>,
+    pub(super) store: Store<Pem<Roots>>,
 }
 
 impl fmt::Debug for RootStore {
@@ -180,11 +180,7 @@ impl fmt::Debug for RootStore {
 impl RootStore {
     /// A builder of the store on `source`, whose bytes are PEM certificates.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<RootStore> {
-        StoreBuilder::of(source, PemParser::default(), Self::from_store)
-    }
-
-    fn from_store(store: Store<Pem<Roots>>) -> Self {
-        Self { store }
+        StoreBuilder::of(source, PemParser::default(), |store| Self { store })
     }
 
     /// The authorities trusted now.
@@ -261,10 +257,6 @@ impl RootStore {
             .with_no_client_auth();
         config.resumption = rustls::client::Resumption::disabled();
         config
-    }
-
-    pub(crate) fn store(&self) -> &Store<Pem<Roots>> {
-        &self.store
     }
 }
 

@@ -54,35 +54,22 @@ enum Part {
     Key,
 }
 
-impl fmt::Display for Part {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Part::Certificate => "certificate",
-            Part::Key => "key",
-        })
-    }
-}
-
 /// A read of one of the two files that failed, and which.
 #[derive(Debug, thiserror::Error)]
 #[error("{part} {}", path.display())]
 struct PartError {
-    part: Part,
+    part: &'static str,
     path: PathBuf,
     #[source]
     source: BoxError,
 }
 
 impl<S: TokenSource> PemFiles<S> {
-    fn part(&self, part: Part) -> (&S, &PathBuf) {
-        match part {
-            Part::Certificate => (&self.cert, &self.paths[0]),
-            Part::Key => (&self.key, &self.paths[1]),
-        }
-    }
-
     async fn read(&self, part: Part, cx: FetchContext) -> Result<Fetched, PartError> {
-        let (source, path) = self.part(part);
+        let (source, path, part) = match part {
+            Part::Certificate => (&self.cert, &self.paths[0], "certificate"),
+            Part::Key => (&self.key, &self.paths[1], "key"),
+        };
         source.fetch(cx).await.map_err(|e| PartError {
             part,
             path: path.clone(),
@@ -127,10 +114,7 @@ impl<S: TokenSource> TokenSource for PemFiles<S> {
 
 /// A certificate's PEM and its key's, as one PEM.
 fn join(cert: &Fetched, key: &Fetched) -> Fetched {
-    let mut pem = cert.bytes().to_vec();
-    pem.push(b'\n');
-    pem.extend_from_slice(key.bytes());
-    Fetched::new(pem)
+    Fetched::new([cert.bytes(), b"\n", key.bytes()].concat())
 }
 
 /// A credential parsed from PEM, and what the store needs of it.

@@ -2,13 +2,10 @@
 //! their generations, which tag each connection, and what a refusal reloads
 //! ([`Refusal`]): the one decision of `HttpsClient`, `TlsMiddleware` and `TlsChannel`.
 
-use super::identity::Identity;
 use super::refusal::Blame;
-use super::roots::Roots;
-use super::source::Pem;
 use super::{IdentityStore, RootStore};
 use crate::refusal::{AfterRefusal, Carried, Handled, Refused, Reload, reload};
-use crate::store::{Certainty, Store};
+use crate::store::{Certainty, Credential, Store};
 
 /// The generations of the identity (0 without one) and of the bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,54 +40,46 @@ impl Stores {
 
     /// The store of the credential `blame` points at, and the generation of it the
     /// request went out with (of `sent`); `None` for a client without an identity.
-    pub(crate) fn refused_store(&self, blame: Blame, sent: Generations) -> Option<(Blamed, u64)> {
+    fn refused_store(&self, blame: Blame, sent: Generations) -> Option<(Box<dyn Blamed>, u64)> {
         match blame {
             Blame::Identity => self
                 .identity
                 .as_ref()
-                .map(|i| (Blamed::Identity(i.store().clone()), sent.identity)),
-            Blame::Roots => Some((Blamed::Roots(self.roots.store().clone()), sent.roots)),
+                .map(|i| (Box::new(i.store.clone()) as Box<dyn Blamed>, sent.identity)),
+            Blame::Roots => Some((Box::new(self.roots.store.clone()), sent.roots)),
         }
     }
 }
 
-/// The store of the credential a refusal blames.
-#[derive(Clone)]
-pub(crate) enum Blamed {
-    Identity(Store<Pem<Identity>>),
-    Roots(Store<Pem<Roots>>),
-}
-
-impl Blamed {
+/// The store of the credential a refusal blames: the identity's or the bundle's.
+trait Blamed: Send + Sync {
     /// Starts the reload a refusal of generation `sent` calls for, for the requests that
     /// follow.
-    pub(crate) fn reload_after_refusal(&self, sent: u64, certainty: Certainty) {
-        match self {
-            Blamed::Identity(s) => s.reload_after_refusal(sent, certainty),
-            Blamed::Roots(s) => s.reload_after_refusal(sent, certainty),
-        }
-    }
+    fn reload_later(&self, sent: u64, certainty: Certainty);
 
     /// The reload after a refusal of generation `sent` of this store's credential.
-    pub(crate) fn reload(&self, sent: u64, certainty: Certainty) -> Reload {
-        match self {
-            Blamed::Identity(s) => Box::pin(reload(s.clone(), sent, certainty)),
-            Blamed::Roots(s) => Box::pin(reload(s.clone(), sent, certainty)),
-        }
+    fn reloading(&self, sent: u64, certainty: Certainty) -> Reload;
+
+    fn count_retried(&self);
+
+    fn count_resent(&self, refused: bool);
+}
+
+impl<C: Credential> Blamed for Store<C> {
+    fn reload_later(&self, sent: u64, certainty: Certainty) {
+        self.reload_after_refusal(sent, certainty);
     }
 
-    pub(crate) fn count_retried(&self) {
-        match self {
-            Blamed::Identity(s) => s.count_retried(),
-            Blamed::Roots(s) => s.count_retried(),
-        }
+    fn reloading(&self, sent: u64, certainty: Certainty) -> Reload {
+        Box::pin(reload(self.clone(), sent, certainty))
     }
 
-    pub(crate) fn count_resent(&self, refused: bool) {
-        match self {
-            Blamed::Identity(s) => s.count_resent(refused),
-            Blamed::Roots(s) => s.count_resent(refused),
-        }
+    fn count_retried(&self) {
+        Store::count_retried(self);
+    }
+
+    fn count_resent(&self, refused: bool) {
+        Store::count_resent(self, refused);
     }
 }
 
@@ -99,7 +88,7 @@ impl Blamed {
 /// by then.
 #[derive(Default)]
 pub(crate) struct Refusal {
-    blamed: Option<(Blamed, u64)>,
+    blamed: Option<(Box<dyn Blamed>, u64)>,
     token: Option<Carried>,
     certainty: Option<Certainty>,
 }
@@ -131,7 +120,7 @@ impl Refusal {
     /// not sent again).
     pub(crate) fn reload_later(&self) {
         if let Some((store, sent)) = &self.blamed {
-            store.reload_after_refusal(*sent, self.certainty());
+            store.reload_later(*sent, self.certainty());
         }
         if let Some(token) = &self.token {
             token
@@ -145,7 +134,7 @@ impl Refusal {
         let blamed = self
             .blamed
             .as_ref()
-            .map(|(store, sent)| store.reload(*sent, self.certainty()));
+            .map(|(store, sent)| store.reloading(*sent, self.certainty()));
         let token = self.token.as_ref().map(Carried::reload);
         let reload: Reload = Box::pin(async move {
             let blamed = async move {

@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::SystemTime;
 
 use base64::Engine as _;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use zeroize::{Zeroize as _, Zeroizing};
 
 use super::ExecError;
@@ -83,34 +83,32 @@ impl ClusterInfo {
     }
 
     fn to_json(&self) -> Value {
-        let mut cluster = Map::new();
-        cluster.insert("server".into(), json!(self.server));
-        let mut put = |key: &str, value: Option<Value>| {
-            if let Some(value) = value {
-                cluster.insert(key.into(), value);
-            }
-        };
-        put(
-            "tls-server-name",
-            self.tls_server_name.as_ref().map(|s| json!(s)),
-        );
-        put(
-            "insecure-skip-tls-verify",
-            self.insecure_skip_tls_verify.then_some(json!(true)),
-        );
-        put(
-            "certificate-authority-data",
-            self.certificate_authority_data
-                .as_ref()
-                .map(|ca| json!(base64::engine::general_purpose::STANDARD.encode(ca))),
-        );
-        put("proxy-url", self.proxy_url.as_ref().map(|s| json!(s)));
-        put(
-            "disable-compression",
-            self.disable_compression.then_some(json!(true)),
-        );
-        put("config", self.config.clone());
-        Value::Object(cluster)
+        let base64 = |ca: &Vec<u8>| json!(base64::engine::general_purpose::STANDARD.encode(ca));
+        let fields = [
+            ("server", Some(json!(self.server))),
+            (
+                "tls-server-name",
+                self.tls_server_name.as_ref().map(|s| json!(s)),
+            ),
+            (
+                "insecure-skip-tls-verify",
+                self.insecure_skip_tls_verify.then_some(json!(true)),
+            ),
+            (
+                "certificate-authority-data",
+                self.certificate_authority_data.as_ref().map(base64),
+            ),
+            ("proxy-url", self.proxy_url.as_ref().map(|s| json!(s))),
+            (
+                "disable-compression",
+                self.disable_compression.then_some(json!(true)),
+            ),
+            ("config", self.config.clone()),
+        ];
+        let present = fields
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_owned(), value?)));
+        Value::Object(present.collect())
     }
 }
 

@@ -1,6 +1,5 @@
 //! [`ExecError`]: why a plugin gave no token.
 
-use std::fmt;
 use std::io;
 
 /// Why an exec plugin gave no token, or its configuration cannot be used.
@@ -15,7 +14,7 @@ use std::io;
 #[non_exhaustive]
 pub enum ExecError {
     /// The command does not exist (not on `PATH`, or no file at its path).
-    #[error("the command was not found{}", Hint(install_hint.as_deref()))]
+    #[error("the command was not found{}", install_hint.as_deref().map_or_else(String::new, |h| format!("; {}", h.trim())))]
     NotFound {
         /// The command.
         command: String,
@@ -41,7 +40,7 @@ pub enum ExecError {
         source: io::Error,
     },
     /// The plugin exited unsuccessfully.
-    #[error("the plugin {status}{}", Stderr(stderr.as_deref()))]
+    #[error("the plugin {status}{}", stderr_tail(stderr.as_deref()))]
     Exit {
         /// The command.
         command: String,
@@ -68,7 +67,7 @@ pub enum ExecError {
         reason: String,
     },
     /// The document is not an `ExecCredential`.
-    #[error("the plugin printed kind {}, not ExecCredential", Found(found.as_deref()))]
+    #[error("the plugin printed kind {}, not ExecCredential", found_text(found.as_deref()))]
     WrongKind {
         /// The command.
         command: String,
@@ -78,7 +77,7 @@ pub enum ExecError {
     /// The document is not of the version the plugin was given.
     #[error(
         "the plugin is configured for apiVersion {expected} but printed {}",
-        Found(found.as_deref())
+        found_text(found.as_deref())
     )]
     WrongApiVersion {
         /// The command.
@@ -147,36 +146,16 @@ pub enum ExecError {
     },
 }
 
-struct Hint<'a>(Option<&'a str>);
-
-impl fmt::Display for Hint<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(hint) => write!(f, "; {}", hint.trim()),
-            None => Ok(()),
-        }
+/// `; stderr: <tail>`, ` (no stderr)`, or nothing (it went to the terminal).
+fn stderr_tail(stderr: Option<&str>) -> String {
+    match stderr {
+        Some("") => " (no stderr)".to_owned(),
+        Some(stderr) => format!("; stderr: {stderr}"),
+        None => String::new(),
     }
 }
 
-struct Stderr<'a>(Option<&'a str>);
-
-impl fmt::Display for Stderr<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some("") => f.write_str(" (no stderr)"),
-            Some(stderr) => write!(f, "; stderr: {stderr}"),
-            None => Ok(()),
-        }
-    }
-}
-
-struct Found<'a>(Option<&'a str>);
-
-impl fmt::Display for Found<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(found) => write!(f, "{found:?}"),
-            None => f.write_str("none"),
-        }
-    }
+/// A `kind` or `apiVersion` printed, quoted, or `none`.
+fn found_text(found: Option<&str>) -> String {
+    found.map_or_else(|| "none".to_owned(), |found| format!("{found:?}"))
 }

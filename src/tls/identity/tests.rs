@@ -128,7 +128,7 @@ fn a_pod_certificate_bundle_parses_with_its_chain_of_every_key_type_the_provider
                     CertificateError::UnsupportedKey {
                         key_type: "ECDSA P-521".to_owned(),
                         provider: "ring",
-                        remedy: crate::tls::KeyType::EcdsaP521.remedy("ring"),
+                        remedy: crate::tls::key_type::remedy("ECDSA P-521", "ring"),
                     }
                 );
                 assert_eq!(
@@ -225,7 +225,7 @@ async fn the_debug_and_the_status_hold_no_key() {
     let pem = node.combined();
     let source = crate::test_support::pem("pem", pem);
     let store = IdentityStore::builder(source).load().await.unwrap();
-    let shown = format!("{store:?} {:?} {}", store.status(), store.store().current());
+    let shown = format!("{store:?} {:?} {}", store.status(), store.store.current());
     assert!(shown.contains("CN=n1"), "{shown}");
     let debug = format!("{store:?}");
     assert!(

@@ -103,7 +103,7 @@ async fn debug_names_the_source_and_the_authorities_and_display_counts_them() {
     assert!(shown.starts_with(&want), "{shown}");
     assert!(shown.contains("subject: \"CN=two\""), "{shown}");
     assert_eq!(
-        roots.store().current().to_string(),
+        roots.store.current().to_string(),
         "CA bundle of 2 certificates"
     );
 
