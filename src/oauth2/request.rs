@@ -11,6 +11,7 @@ use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 use tower_service::Service;
+use zeroize::Zeroizing;
 
 use super::auth::ClientAuth;
 use super::error::Error;
@@ -129,7 +130,7 @@ pub(super) const MAX_EXPIRES_IN: Duration = Duration::from_secs(1 << 32);
 /// A token response's useful part.
 pub(super) struct Issued {
     /// Secret.
-    pub(super) access_token: String,
+    pub(super) access_token: Zeroizing<String>,
     /// `expires_in`; `None`: used until the server refuses it.
     pub(super) expires_in: Option<Duration>,
 }
@@ -153,7 +154,8 @@ impl Issued {
     ///
     /// [`Error::Response`] when that moment is past what the system clock holds.
     pub(super) fn fetched(self, sent_at: SystemTime) -> Result<Fetched, Error> {
-        let fetched = Fetched::new(self.access_token);
+        let mut token = self.access_token;
+        let fetched = Fetched::new(std::mem::take(&mut *token));
         match self.expires_in {
             None => Ok(fetched),
             Some(lifetime) => sent_at
@@ -194,7 +196,7 @@ pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
         });
     };
     let access_token = match object.remove("access_token") {
-        Some(Value::String(token)) if !token.is_empty() => token,
+        Some(Value::String(token)) if !token.is_empty() => Zeroizing::new(token),
         _ => {
             return Err(Error::Response {
                 problem: "has no access_token",
@@ -264,8 +266,9 @@ impl Form {
         encode_into(&mut self.0, value);
     }
 
+    /// The body, wiped when the client drops it (it holds a client secret).
     pub(super) fn into_body(self) -> Bytes {
-        Bytes::from(self.0)
+        Bytes::from_owner(Zeroizing::new(self.0))
     }
 
     #[cfg(test)]

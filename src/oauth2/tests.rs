@@ -46,7 +46,7 @@ fn basic_credentials_are_urlencoded_then_base64_and_sensitive() {
 fn a_token_response_gives_the_token_and_its_lifetime() {
     let body = br#"{"access_token":"tok","token_type":"bearer","expires_in":300,"scope":"read"}"#;
     let issued = parse(StatusCode::OK, body).unwrap();
-    assert_eq!(issued.access_token, "tok");
+    assert_eq!(issued.access_token.as_str(), "tok");
     assert_eq!(issued.expires_in, Some(Duration::from_secs(300)));
     // Debug shows the token's length.
     let shown = format!("{issued:?}");

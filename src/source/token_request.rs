@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use ::kube::Client;
 use ::kube::api::PostParams;
+use zeroize::Zeroizing;
 
 use super::{FetchContext, Fetched, TokenSource};
 
@@ -212,6 +213,7 @@ impl TokenSource for TokenRequestSource {
             .client
             .request_text(request)
             .await
+            .map(Zeroizing::new)
             .map_err(TokenRequestError::from_kube)?;
         let issued = wire::parse_response(&body, checked.expiration)
             .map_err(|problem| TokenRequestError::Response { problem })?;
@@ -258,7 +260,8 @@ fn answer(
         .map_or(0, |d| d.as_secs());
     let jitter = kubelet::jitter(seed ^ secs);
     let refresh = kubelet::refresh_point(now, issued.expires_at, issued.ttl, jitter);
-    let fetched = Fetched::new(issued.token)
+    let mut token = issued.token;
+    let fetched = Fetched::new(std::mem::take(&mut *token))
         .with_expires_at(issued.expires_at)
         .with_refresh_at(refresh);
     (fetched, refresh)

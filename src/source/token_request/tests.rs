@@ -314,7 +314,7 @@ fn answers_are_read_without_quoting_them() {
     });
     let asked = Duration::from_secs(600);
     let issued = wire::parse_response(&ok.to_string(), asked).unwrap();
-    assert_eq!(issued.token, secret);
+    assert_eq!(issued.token.as_str(), secret);
     // The server's TTL wins over the one asked for.
     assert_eq!(issued.ttl, Duration::from_secs(900));
     assert_eq!(

@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
+use zeroize::Zeroizing;
 
 use super::BoundObject;
 
@@ -36,7 +37,7 @@ pub(super) fn request_body(
 /// What the API server issued.
 pub(super) struct Issued {
     /// The token. Secret.
-    pub(super) token: String,
+    pub(super) token: Zeroizing<String>,
     /// `status.expirationTimestamp`.
     pub(super) expires_at: SystemTime,
     /// `spec.expirationSeconds` as the server answered it (it may shorten what was asked),
@@ -47,6 +48,11 @@ pub(super) struct Issued {
 /// Reads the API server's answer. The problems named never quote the body.
 pub(super) fn parse_response(body: &str, asked: Duration) -> Result<Issued, &'static str> {
     let mut response: Value = serde_json::from_str(body).map_err(|_| "is not JSON")?;
+    // Taken out first, so that an answer refused below drops it wiped.
+    let token = match response.pointer_mut("/status/token").map(Value::take) {
+        Some(Value::String(token)) => Zeroizing::new(token),
+        _ => Zeroizing::default(),
+    };
     if response.get("kind").and_then(Value::as_str) != Some("TokenRequest") {
         return Err("is not a TokenRequest");
     }
@@ -61,10 +67,9 @@ pub(super) fn parse_response(body: &str, asked: Duration) -> Result<Issued, &'st
         .ok_or("has no status.expirationTimestamp")?
         .parse::<jiff::Timestamp>()
         .map_err(|_| "has a status.expirationTimestamp that is not an RFC 3339 time")?;
-    let token = match response.pointer_mut("/status/token").map(Value::take) {
-        Some(Value::String(token)) if !token.is_empty() => token,
-        _ => return Err("has no status.token"),
-    };
+    if token.is_empty() {
+        return Err("has no status.token");
+    }
     Ok(Issued {
         token,
         expires_at: SystemTime::from(expires_at),
