@@ -162,7 +162,7 @@ impl Carried {
     /// A clone of the token handed down by the retry layer whose call this runs within,
     /// if any.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn take() -> Option<Carried> {
+    pub(crate) fn handed_down() -> Option<Carried> {
         let ours = HANDED_DOWN.take();
         HANDED_DOWN.set(ours.clone());
         ours
