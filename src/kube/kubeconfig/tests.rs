@@ -230,3 +230,44 @@ fn a_part_reads_the_file_again_unless_the_file_s_store_just_read_it() {
     assert!(Part::reads_file(Trigger::Call));
     assert!(Part::reads_file(Trigger::Timer));
 }
+
+/// A client certificate and a CA bundle inline are the file's to rotate only where kube
+/// uses them: both halves of the identity, and a cluster reached without a proxy and
+/// verified (feature `tls`).
+#[test]
+fn inline_certificates_are_the_file_s_only_when_kube_would_use_them() {
+    let inline = |cluster: &str, user: &str| {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
+             users: [{{name: u, user: {user}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        );
+        let (_, selected) = select(text.as_bytes(), &selection(None)).unwrap();
+        Inline::of(&selected)
+    };
+    let both = "{client-certificate-data: Y2VydA==, client-key-data: a2V5}";
+    let verified = "{server: https://c, certificate-authority-data: Y2E=}";
+    let tls = cfg!(feature = "tls");
+
+    let all = inline(verified, both);
+    assert_eq!((all.identity, all.roots, all.any()), (tls, tls, tls));
+    // One half of an identity is none.
+    let cert_only = inline(verified, "{client-certificate-data: Y2VydA==}");
+    assert!(!cert_only.identity);
+    let key_only = inline(verified, "{client-key-data: a2V5}");
+    assert!(!key_only.identity);
+    // Through a proxy, or unverified, kube's TLS is not the crate's to rotate.
+    for cluster in [
+        "{server: https://c, certificate-authority-data: Y2E=, proxy-url: http://p:3128}",
+        "{server: https://c, certificate-authority-data: Y2E=, insecure-skip-tls-verify: true}",
+    ] {
+        let away = inline(cluster, both);
+        assert_eq!((away.identity, away.roots, away.any()), (false, false, false));
+    }
+    // Each credential alone makes the file hold something inline.
+    let roots_only = inline(verified, "{tokenFile: /t}");
+    assert_eq!((roots_only.roots, roots_only.any()), (tls, tls));
+    let token_only = inline("{server: https://c}", "{token: t}");
+    assert!(token_only.any());
+    assert!(!inline("{server: https://c}", "{tokenFile: /t}").any());
+}
