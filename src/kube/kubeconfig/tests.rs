@@ -166,6 +166,16 @@ fn a_new_token_is_the_same_shape_and_anything_else_is_a_change_said_in_words() {
             .unwrap()
             .contains("context \"b\" now names cluster \"two\" and user \"bob\"")
     );
+    // The same cluster with another user.
+    let other_user = two_contexts("t1", "https://one.example:6443")
+        .replace("context: {cluster: two, user: bob}", "context: {cluster: one, user: bob}")
+        .replace("current-context: a", "current-context: b");
+    assert!(
+        shape_of(&other_user, None)
+            .change_from(&first)
+            .unwrap()
+            .contains("context \"b\" now names cluster \"one\" and user \"bob\"")
+    );
     // Another setting of the user (a token file beside the token): its digest changes.
     let with_file = two_contexts("t1", "https://one.example:6443")
         .replace("    token: t1", "    token: t1\n    tokenFile: /t");
