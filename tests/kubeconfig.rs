@@ -537,3 +537,26 @@ async fn a_thousand_kubeconfigs_in_one_directory_read_once_per_rotated_file() {
         assert!(token.header_value().to_str().unwrap().contains(expected));
     }
 }
+
+/// A kubeconfig whose inline CA bundle is past a megabyte (a corporate bundle, base64 in
+/// the file) loads: a kubeconfig's store takes up to 16 MiB, where a token's takes 64 KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_with_a_ca_bundle_past_a_megabyte_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("workload");
+    let bundle = format!("{}{}", support::pki::bundle(100, 16_000), ca.pem());
+    let text = kubeconfig(&Inline {
+        server: "https://127.0.0.1:6443",
+        ca_pem: &bundle,
+        token: Some("t0"),
+        identity: None,
+    });
+    assert!(text.len() > 2_000_000, "{} bytes", text.len());
+    let path = dir.path().join("config");
+    std::fs::write(&path, text).unwrap();
+    let (_, credentials) = from_kubeconfig(&path).await;
+    let roots = credentials
+        .root_store()
+        .expect("the inline bundle is the file's");
+    assert_eq!(roots.certificates().len(), 101);
+}
