@@ -168,7 +168,10 @@ fn a_new_token_is_the_same_shape_and_anything_else_is_a_change_said_in_words() {
     );
     // The same cluster with another user.
     let other_user = two_contexts("t1", "https://one.example:6443")
-        .replace("context: {cluster: two, user: bob}", "context: {cluster: one, user: bob}")
+        .replace(
+            "context: {cluster: two, user: bob}",
+            "context: {cluster: one, user: bob}",
+        )
         .replace("current-context: a", "current-context: b");
     assert!(
         shape_of(&other_user, None)
@@ -272,7 +275,10 @@ fn inline_certificates_are_the_file_s_only_when_kube_would_use_them() {
         "{server: https://c, certificate-authority-data: Y2E=, insecure-skip-tls-verify: true}",
     ] {
         let away = inline(cluster, both);
-        assert_eq!((away.identity, away.roots, away.any()), (false, false, false));
+        assert_eq!(
+            (away.identity, away.roots, away.any()),
+            (false, false, false)
+        );
     }
     // Each credential alone makes the file hold something inline.
     let roots_only = inline(verified, "{tokenFile: /t}");
@@ -280,4 +286,18 @@ fn inline_certificates_are_the_file_s_only_when_kube_would_use_them() {
     let token_only = inline("{server: https://c}", "{token: t}");
     assert!(token_only.any());
     assert!(!inline("{server: https://c}", "{tokenFile: /t}").any());
+}
+
+/// A kubeconfig is a file: watched, with the file's timer behind the watch, and its paths
+/// the file's.
+#[test]
+fn a_kubeconfig_is_watched_and_timed_as_a_file() {
+    use crate::source::{FileSource, TokenSource};
+    let path = std::path::Path::new("/etc/kubeconfig");
+    let text = two_contexts("t1", "https://one.example:6443");
+    let source = KubeconfigSource::new(path, selection(None), shape_of(&text, None));
+    let file = FileSource::new(path);
+    assert_eq!(source.default_refresh_interval(), file.default_refresh_interval());
+    assert!(source.default_refresh_interval().is_some());
+    assert_eq!(source.paths(), file.paths());
 }
