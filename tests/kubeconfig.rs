@@ -358,6 +358,15 @@ async fn a_broken_kubeconfig_keeps_every_credential_and_says_what_is_wrong() {
                 "{what}: {error}"
             );
             assert!(error.contains(says), "{what}: {error}");
+            let mut cause: Option<&(dyn std::error::Error + 'static)> =
+                status.last_error.as_ref().map(|e| e as _);
+            while let Some(e) = cause {
+                assert!(
+                    !e.to_string().is_empty(),
+                    "{what}: a cause says nothing: {error}"
+                );
+                cause = e.source();
+            }
             assert!(
                 !error.contains("hunter2"),
                 "{what}: the error shows a secret: {error}"
@@ -559,4 +568,59 @@ async fn a_kubeconfig_with_a_ca_bundle_past_a_megabyte_loads() {
         .root_store()
         .expect("the inline bundle is the file's");
     assert_eq!(roots.certificates().len(), 101);
+}
+
+/// The context a caller chooses is the one followed, and each credential's store says which
+/// of the file's credentials it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chosen_context_is_followed_and_each_store_names_its_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let identity = ca.client("workload-admin", HOUR);
+    let inline = Inline {
+        server: "https://127.0.0.1:6443",
+        ca_pem: &ca.pem(),
+        token: Some("token-a"),
+        identity: Some(&identity),
+    };
+    // A second context, `other`, whose user has a token of its own.
+    let mut text: serde_json::Value = serde_json::from_str(&kubeconfig(&inline)).unwrap();
+    text["users"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "other-user", "user": {"token": "token-b"}}));
+    text["contexts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "other", "context": {
+            "cluster": "workload", "user": "other-user",
+        }}));
+    let path = tmp.path().join("config");
+    std::fs::write(&path, text.to_string()).unwrap();
+    support::tls::install_ring();
+
+    let options = KubeConfigOptions {
+        context: Some("other".into()),
+        ..KubeConfigOptions::default()
+    };
+    let (_, chosen) = Credentials::from_kubeconfig(&path, &options).await.unwrap();
+    let token = chosen.token_store().expect("an inline token");
+    assert_eq!(token.current().header_value(), "Bearer token-b");
+    assert!(chosen.identity_store().is_none());
+
+    let (_, current) = from_kubeconfig(&path).await;
+    let (token, identity_store, roots) = credentials_stores(&current);
+    let token = token.unwrap();
+    assert_eq!(token.current().header_value(), "Bearer token-a");
+    for (status, part) in [
+        (token.status(), ": token"),
+        (identity_store.unwrap().status(), ": client certificate"),
+        (roots.unwrap().status(), ": CA bundle"),
+    ] {
+        assert!(
+            status.source.ends_with(part),
+            "{} for {part}",
+            status.source
+        );
+    }
 }

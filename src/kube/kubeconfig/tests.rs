@@ -297,7 +297,10 @@ fn a_kubeconfig_is_watched_and_timed_as_a_file() {
     let text = two_contexts("t1", "https://one.example:6443");
     let source = KubeconfigSource::new(path, selection(None), shape_of(&text, None));
     let file = FileSource::new(path);
-    assert_eq!(source.default_refresh_interval(), file.default_refresh_interval());
+    assert_eq!(
+        source.default_refresh_interval(),
+        file.default_refresh_interval()
+    );
     assert!(source.default_refresh_interval().is_some());
     assert_eq!(source.paths(), file.paths());
 }
