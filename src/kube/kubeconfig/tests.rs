@@ -304,3 +304,31 @@ fn a_kubeconfig_is_watched_and_timed_as_a_file() {
     assert!(source.default_refresh_interval().is_some());
     assert_eq!(source.paths(), file.paths());
 }
+
+/// What kube does not use of the file is not read: a token behind a username and password,
+/// certificates of a cluster reached through a proxy, may be anything.
+#[test]
+fn credentials_kube_does_not_use_are_not_read() {
+    let snap = |cluster: &str, user: &str| {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
+             users: [{{name: u, user: {user}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        );
+        let (_, selected) = select(text.as_bytes(), &selection(None)).unwrap();
+        snapshot(&selected, SystemTime::now()).map(|s| s.shape.inline)
+    };
+    let basic = "{token: not a token, username: u, password: p}";
+    assert!(!snap("{server: https://c}", basic).unwrap().token);
+    let proxied =
+        "{server: https://c, proxy-url: 'http://p:3128', certificate-authority-data: '!!'}";
+    let garbage = "{client-certificate-data: '!!', client-key-data: '!!'}";
+    assert!(!snap(proxied, garbage).unwrap().any());
+    // Used, the same garbage is an error.
+    assert!(snap("{server: https://c}", "{token: not a token}").is_err());
+    if cfg!(feature = "tls") {
+        let verified = "{server: https://c, certificate-authority-data: '!!'}";
+        assert!(snap(verified, "{token: t}").is_err());
+        assert!(snap("{server: https://c}", garbage).is_err());
+    }
+}
