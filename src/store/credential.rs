@@ -81,8 +81,10 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     /// Whether `other` is the same credential: a read that finds it again is no rotation.
     fn same(&self, other: &Self) -> bool;
 
-    /// Whom it names, never a secret.
-    fn subject(&self) -> Option<&str>;
+    /// Whom it names, never a secret (none, unless it says).
+    fn subject(&self) -> Option<&str> {
+        None
+    }
 
     /// Its fingerprint, safe to show.
     fn fingerprint(&self) -> String;

@@ -51,10 +51,6 @@ impl Parse for Roots {
         max_size: 16 * 1024 * 1024,
     };
 
-    fn subject(&self) -> Option<&str> {
-        None
-    }
-
     fn fingerprint(&self, digest: &[u8; 32]) -> String {
         digest[..4].iter().map(|b| format!("{b:02x}")).collect()
     }

@@ -145,8 +145,10 @@ pub(crate) trait Parse: fmt::Display + Clone + Send + Sync + Sized + 'static {
 
     fn parse(pem: &[u8], now: SystemTime) -> Result<Parsed<Self>, CertificateError>;
 
-    /// Whom it names.
-    fn subject(&self) -> Option<&str>;
+    /// Whom it names (none, unless it says).
+    fn subject(&self) -> Option<&str> {
+        None
+    }
 
     /// Its fingerprint: a certificate's own, or (a bundle) the start of `digest`, which
     /// changes when any of its certificates does.

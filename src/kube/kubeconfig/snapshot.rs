@@ -208,10 +208,6 @@ impl Credential for Snapshot {
         self.digest == other.digest
     }
 
-    fn subject(&self) -> Option<&str> {
-        None
-    }
-
     fn fingerprint(&self) -> String {
         self.digest[..4]
             .iter()
