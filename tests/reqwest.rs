@@ -164,13 +164,35 @@ async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
 /// Rotations in the connection test.
 const ROTATIONS: u64 = 20;
 
-/// Rotates the token [`ROTATIONS`] times under a server that revokes the old one (its 401
-/// body, a Kubernetes `Status`, arrives a moment after the headers), one request each time;
-/// returns the server's TCP connections.
-async fn connections_after_revoking_rotations() -> u64 {
+/// Rotates `store`'s file (at `path`) [`ROTATIONS`] times under `server`, which revokes the
+/// old token at once, one POST through `client` each time; returns the server's TCP
+/// connections.
+async fn connections_after_revoking_rotations(
+    client: &ClientWithMiddleware,
+    server: &AuthServer,
+    path: &std::path::Path,
+    store: &bearer_reload::TokenStore,
+) -> u64 {
+    for i in 1..=ROTATIONS {
+        let token = format!("t{i}");
+        server.accept_only(&token);
+        std::fs::write(path, &token).unwrap();
+        let res = client.post(server.url("/")).body("x").send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.bytes().await.unwrap();
+    }
+    assert_eq!(server.requests(), 2 * ROTATIONS);
+    assert_eq!(store.status().unauthorized_reloads, ROTATIONS);
+    server.connections()
+}
+
+/// The 401's body is read before the retry, so its connection goes back to the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_goes_out_on_the_connection_of_the_401() {
     let dir = tempfile::tempdir().unwrap();
     let (path, store) = quiet_store(dir.path(), "t0").await;
     let server = AuthServer::start("t0").await;
+    // A Kubernetes `Status`, arriving a moment after the headers.
     server.refusal_body(Bytes::from_static(
         br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
     ));
@@ -178,23 +200,8 @@ async fn connections_after_revoking_rotations() -> u64 {
         BearerMiddleware::new(store.clone()).retry_unauthorized(),
         &Inspect::default(),
     );
-    for i in 1..=ROTATIONS {
-        let token = format!("t{i}");
-        server.accept_only(&token);
-        std::fs::write(&path, &token).unwrap();
-        let res = client.post(server.url("/")).body("x").send().await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        res.bytes().await.unwrap();
-    }
+    let connections = connections_after_revoking_rotations(&client, &server, &path, &store).await;
     assert_eq!(store.status().retries_succeeded, ROTATIONS);
-    assert_eq!(server.requests(), 2 * ROTATIONS);
-    server.connections()
-}
-
-/// The 401's body is read before the retry, so its connection goes back to the pool.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_goes_out_on_the_connection_of_the_401() {
-    let connections = connections_after_revoking_rotations().await;
     // Dropping each 401 unread costs a connection per rotation. With the drain, a few
     // suffice: the pool may open one while the drained connection is on its way back.
     assert!(
@@ -232,16 +239,7 @@ async fn through_tls_middleware_a_resend_goes_out_on_the_connection_of_the_401()
         .with(BearerMiddleware::new(store.clone()).retry_unauthorized())
         .with(tls)
         .build();
-    for i in 1..=ROTATIONS {
-        let token = format!("t{i}");
-        server.accept_only(&token);
-        std::fs::write(&path, &token).unwrap();
-        let res = client.post(server.url("/")).body("x").send().await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        res.bytes().await.unwrap();
-    }
-    assert_eq!(server.requests(), 2 * ROTATIONS);
-    let connections = server.connections();
+    let connections = connections_after_revoking_rotations(&client, &server, &path, &store).await;
     assert!(
         connections <= ROTATIONS / 2,
         "{connections} connections for {ROTATIONS} revoking rotations"
