@@ -156,15 +156,11 @@ impl fmt::Display for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "kubeconfig context {:?} ({}",
+            "kubeconfig context {:?} ({}, credentials {})",
             self.shape.context,
-            self.shape.server.as_deref().unwrap_or("no server")
-        )?;
-        let digest: String = self.digest[..4]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        write!(f, ", credentials {digest})")
+            self.shape.server.as_deref().unwrap_or("no server"),
+            self.fingerprint()
+        )
     }
 }
 

@@ -210,10 +210,25 @@ fn the_same_credentials_read_again_are_no_rotation() {
     };
     assert!(read("t1").same(&read("t1")));
     assert!(!read("t1").same(&read("t2")));
-    // Shown without the token.
+    // Shown without the token: by a fingerprint of the credentials, which tells them apart.
     let shown = read("hunter2").to_string();
-    assert!(shown.starts_with("kubeconfig context \"a\" (https://one.example, credentials "));
+    let fingerprint = shown
+        .strip_prefix("kubeconfig context \"a\" (https://one.example, credentials ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(fingerprint.len() == 8 && fingerprint.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(fingerprint, read("hunter2").fingerprint());
+    assert_ne!(fingerprint, read("t1").fingerprint());
     assert!(!shown.contains("hunter2"));
+    // Its own jitter's seed, the same for the same credentials.
+    assert_eq!(read("t1").seed(), read("t1").seed());
+    assert_ne!(read("t1").seed(), read("t2").seed());
+    // The store's stamp is kept.
+    let stamp = crate::store::Stamp {
+        generation: 7,
+        ..crate::store::Stamp::default()
+    };
+    assert_eq!(read("t1").stamped(stamp).stamp(), &stamp);
 }
 
 #[test]
