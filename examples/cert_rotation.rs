@@ -47,7 +47,7 @@ use http::{HeaderName, HeaderValue};
 use kube::client::Body;
 use mtls::MtlsServer;
 use pki::{Ca, Issued};
-use rotation::{Args, Counts, percentile};
+use rotation::{Args, Call, Counts, first_arrivals, percentile, spawn_callers};
 use serde_json::json;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -70,8 +70,7 @@ enum Client {
     Tonic(HealthClient<TonicStack>),
 }
 
-impl Client {
-    /// One request: whether it succeeded.
+impl Call for Client {
     async fn call(&mut self) -> bool {
         match self {
             Client::Kube(client) => {
@@ -185,24 +184,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[Counts; CLIENTS.len()]> = Arc::default();
-    let mut workers = Vec::new();
-    for (k, client) in clients.iter().enumerate() {
-        for _ in 0..args.workers {
-            let (mut client, stop, counts) = (client.clone(), stop.clone(), counts.clone());
-            workers.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let ok = client.call().await;
-                    counts[k].requests.fetch_add(1, Ordering::Relaxed);
-                    if !ok {
-                        counts[k].failed.fetch_add(1, Ordering::Relaxed);
-                        // A client that fails fast would spin: pace its retries as a
-                        // controller's requeue would.
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                }
-            }));
-        }
-    }
+    let workers = spawn_callers(&clients, args.workers, &stop, &counts);
 
     let mut rotated_at = Vec::new();
     for _ in 0..args.rotations {
@@ -221,20 +203,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let arrivals = server.arrivals();
     for (k, name) in CLIENTS.iter().enumerate() {
-        // Milliseconds from each rotation to the first of this client's requests that
-        // arrived with the new certificate; `None` where none did.
-        let latencies: Vec<Option<f64>> = rotated_at
-            .iter()
-            .enumerate()
-            .map(|(r, at)| {
-                let fingerprint = issued[r + 1].fingerprint();
-                arrivals
-                    .iter()
-                    .filter(|a| a.client.as_deref() == Some(*name) && a.fingerprint == fingerprint)
-                    .map(|a| a.at.saturating_duration_since(*at).as_secs_f64() * 1e3)
-                    .reduce(f64::min)
-            })
-            .collect();
+        let latencies = first_arrivals(&arrivals, name, &rotated_at, |r, a| {
+            a.fingerprint == issued[r + 1].fingerprint()
+        });
         println!(
             "cert client={name} requests={} failed={} rotations={} new_identity_p50_ms={} new_identity_p99_ms={}",
             counts[k].requests.load(Ordering::Relaxed),

@@ -41,7 +41,7 @@ use kube::client::Body;
 use kube::config::KubeConfigOptions;
 use mtls::MtlsServer;
 use pki::{Ca, Issued};
-use rotation::{Args, Counts, percentile};
+use rotation::{Args, Call, Counts, first_arrivals, percentile, spawn_callers};
 use serde_json::json;
 
 const CLIENTS: [&str; 2] = ["bearer-reload", "kube-builtin"];
@@ -79,6 +79,22 @@ fn tagged(mut config: kube::Config, name: &str) -> kube::Config {
     config
 }
 
+/// A kube client of the example.
+#[derive(Clone)]
+struct Client(kube::Client);
+
+impl Call for Client {
+    async fn call(&mut self) -> bool {
+        let request = http::Request::get("/api/v1/namespaces/default/configmaps")
+            .body(Body::empty())
+            .expect("a request");
+        match self.0.send(request).await {
+            Ok(response) => response.status().is_success(),
+            Err(_) => false,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -106,36 +122,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     let clients = [
-        credentials.client(tagged(config, CLIENTS[0]))?,
-        kube::Client::try_from(tagged(builtin, CLIENTS[1]))?,
+        Client(credentials.client(tagged(config, CLIENTS[0]))?),
+        Client(kube::Client::try_from(tagged(builtin, CLIENTS[1]))?),
     ];
 
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[Counts; 2]> = Arc::default();
-    let mut workers = Vec::new();
-    for (k, client) in clients.iter().enumerate() {
-        for _ in 0..args.workers {
-            let (client, stop, counts) = (client.clone(), stop.clone(), counts.clone());
-            workers.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let request = http::Request::get("/api/v1/namespaces/default/configmaps")
-                        .body(Body::empty())
-                        .expect("a request");
-                    let ok = match client.send(request).await {
-                        Ok(response) => response.status().is_success(),
-                        Err(_) => false,
-                    };
-                    counts[k].requests.fetch_add(1, Ordering::Relaxed);
-                    if !ok {
-                        counts[k].failed.fetch_add(1, Ordering::Relaxed);
-                        // A client that fails fast would spin: pace its retries as a
-                        // controller's requeue would.
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                }
-            }));
-        }
-    }
+    let workers = spawn_callers(&clients, args.workers, &stop, &counts);
 
     let mut rotated_at = Vec::new();
     for r in 1..=args.rotations {
@@ -160,26 +153,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let arrivals = server.arrivals();
     for (k, name) in CLIENTS.iter().enumerate() {
-        // Milliseconds from each rotation to the first of this client's requests that
-        // arrived with both new credentials and was served.
-        let latencies: Vec<Option<f64>> = rotated_at
-            .iter()
-            .enumerate()
-            .map(|(r, at)| {
-                let (token, identity) = &issued[r + 1];
-                let (bearer, fingerprint) = (format!("Bearer {token}"), identity.fingerprint());
-                arrivals
-                    .iter()
-                    .filter(|a| {
-                        a.client.as_deref() == Some(*name)
-                            && !a.refused
-                            && a.fingerprint == fingerprint
-                            && a.authorization.as_deref() == Some(bearer.as_str())
-                    })
-                    .map(|a| a.at.saturating_duration_since(*at).as_secs_f64() * 1e3)
-                    .reduce(f64::min)
-            })
-            .collect();
+        // Served, and with both new credentials.
+        let latencies = first_arrivals(&arrivals, name, &rotated_at, |r, a| {
+            let (token, identity) = &issued[r + 1];
+            !a.refused
+                && a.fingerprint == identity.fingerprint()
+                && a.authorization.as_deref() == Some(format!("Bearer {token}").as_str())
+        });
         println!(
             "kubeconfig client={name} requests={} failed={} rotations={} \
              new_credentials_p50_ms={} new_credentials_p99_ms={}",

@@ -51,7 +51,7 @@ use bearer_reload::tls::{HttpsClient, IdentityStore, RootStore};
 use bearer_reload::tonic::TlsChannel;
 use bytes::Bytes;
 use clap::Parser;
-use common::{Counts, percentile};
+use common::{Call, Counts, first_arrivals, percentile, spawn_callers};
 use http::{HeaderName, HeaderValue};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client as HyperClient;
@@ -115,8 +115,7 @@ enum Client {
     Once(Once, String),
 }
 
-impl Client {
-    /// One request: whether it succeeded.
+impl Call for Client {
     async fn call(&mut self) -> bool {
         let request = |url: &str, name: &'static str| {
             http::Request::get(url)
@@ -286,24 +285,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[Counts; CLIENTS.len()]> = Arc::default();
-    let mut workers = Vec::new();
-    for (k, client) in clients.iter().enumerate() {
-        for _ in 0..args.workers {
-            let (mut client, stop, counts) = (client.clone(), stop.clone(), counts.clone());
-            workers.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let ok = client.call().await;
-                    counts[k].requests.fetch_add(1, Ordering::Relaxed);
-                    if !ok {
-                        counts[k].failed.fetch_add(1, Ordering::Relaxed);
-                        // A client that fails fast would spin: pace its retries as a
-                        // controller's requeue would.
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                }
-            }));
-        }
-    }
+    let workers = spawn_callers(&clients, args.workers, &stop, &counts);
 
     // The kubelet: each certificate refreshed at its `beginRefreshAt` plus jitter, and the
     // old one refused by the server the moment the new one is written.
@@ -336,20 +318,9 @@ fn report(
 ) {
     let arrivals = server.arrivals();
     for (k, name) in CLIENTS.iter().enumerate() {
-        // Milliseconds from each rotation to the first of this client's requests that
-        // arrived with the new certificate; `None` where none did.
-        let latencies: Vec<Option<f64>> = rotated_at
-            .iter()
-            .enumerate()
-            .map(|(r, at)| {
-                let fingerprint = issued[r + 1].fingerprint();
-                arrivals
-                    .iter()
-                    .filter(|a| a.client.as_deref() == Some(*name) && a.fingerprint == fingerprint)
-                    .map(|a| a.at.saturating_duration_since(*at).as_secs_f64() * 1e3)
-                    .reduce(f64::min)
-            })
-            .collect();
+        let latencies = first_arrivals(&arrivals, name, rotated_at, |r, a| {
+            a.fingerprint == issued[r + 1].fingerprint()
+        });
         let mut presented: Vec<&str> = arrivals
             .iter()
             .filter(|a| a.client.as_deref() == Some(*name))
