@@ -81,9 +81,17 @@ pub(crate) enum Failure {
 pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
     match failure {
         Failure::Refused | Failure::NotWritten => true,
-        // RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), and QUERY.
-        Failure::Uncertain => method.is_idempotent(),
+        Failure::Uncertain => is_idempotent(method),
     }
+}
+
+/// RFC 9110 §9.2.2's idempotent methods (not `http`'s `Method::is_idempotent`, whose answer
+/// for QUERY depends on the version of `http` a build resolves).
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 /// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.
@@ -141,31 +149,26 @@ thread_local! {
 }
 
 impl Carried {
-    /// Runs `call` (the inner service's `call`) with `self` handed down to a transport
-    /// called within it, and gives `self` back (a transport takes a clone).
-    pub(crate) fn hand_down<R>(self, call: impl FnOnce() -> R) -> (R, Option<Carried>) {
+    /// Runs `call` (the inner service's `call`) with a clone of `self` handed down to the
+    /// first transport called within it.
+    pub(crate) fn hand_down<R>(&self, call: impl FnOnce() -> R) -> R {
         /// Puts back what was handed down before (a retry layer over another), also when
-        /// `call` panics.
+        /// `call` panics, and drops what no transport took.
         struct Restore(Option<Carried>);
         impl Drop for Restore {
             fn drop(&mut self) {
-                HANDED_DOWN.set(self.0.take());
+                drop(HANDED_DOWN.replace(self.0.take()));
             }
         }
-        let restore = Restore(HANDED_DOWN.replace(Some(self)));
-        let out = call();
-        let ours = HANDED_DOWN.take();
-        drop(restore);
-        (out, ours)
+        let _restore = Restore(HANDED_DOWN.replace(Some(self.clone())));
+        call()
     }
 
-    /// A clone of the token handed down by the retry layer whose call this runs within,
-    /// if any.
+    /// The token handed down by the retry layer whose call this runs within, if any: the
+    /// first transport's alone.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn handed_down() -> Option<Carried> {
-        let ours = HANDED_DOWN.take();
-        HANDED_DOWN.set(ours.clone());
-        ours
+    pub(crate) fn take() -> Option<Carried> {
+        HANDED_DOWN.take()
     }
 
     /// The reload of the carried token after a refusal: whether it brought a newer one.

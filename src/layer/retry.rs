@@ -43,12 +43,12 @@ where
         // The token goes down with the call: an HTTPS transport below that handles the
         // refusal itself reloads it with its own certificate, and sends the request again
         // once with both.
-        let (fut, sent) = match (sent, &replay) {
+        let fut = match (&sent, &replay) {
             (Some(sent), Some(_)) => {
                 let inner = &mut self.inner;
                 sent.hand_down(|| inner.call(req))
             }
-            (sent, _) => (self.inner.call(req), sent),
+            _ => self.inner.call(req),
         };
         RetryFuture {
             state: State::First { fut },

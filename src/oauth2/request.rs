@@ -254,10 +254,18 @@ fn printable(s: &str, max: usize) -> String {
 /// An `application/x-www-form-urlencoded` body being built. Its values include secrets:
 /// `Debug` shows the names alone.
 #[derive(Default)]
-pub(super) struct Form(String);
+pub(super) struct Form(Zeroizing<String>);
 
 impl Form {
     pub(super) fn push(&mut self, name: &str, value: &str) {
+        // Room for the pair however it encodes, made by a copy into a new buffer: a
+        // `String`'s own growth would free the old one unwiped.
+        let needed = self.0.len() + 2 + 3 * (name.len() + value.len());
+        if needed > self.0.capacity() {
+            let mut grown = Zeroizing::new(String::with_capacity(needed.max(2 * self.0.len())));
+            grown.push_str(&self.0);
+            self.0 = grown;
+        }
         if !self.0.is_empty() {
             self.0.push('&');
         }
@@ -268,7 +276,7 @@ impl Form {
 
     /// The body, wiped when the client drops it (it holds a client secret).
     pub(super) fn into_body(self) -> Bytes {
-        Bytes::from_owner(Zeroizing::new(self.0))
+        Bytes::from_owner(self.0)
     }
 
     #[cfg(test)]

@@ -133,6 +133,9 @@ impl TokenSource for FileSource {
     }
 }
 
+/// The room a read of unknown length starts with: the store's default cap on a token.
+const DEFAULT_ROOM: usize = 64 * 1024;
+
 /// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
 /// an oversize stream is still refused by the token's validation).
 fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileError> {
@@ -156,9 +159,14 @@ fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileErr
         });
     }
     let cap = max_size.saturating_add(1);
-    // Room for the file as its length says: the buffer moves (leaving an unwiped copy) only
-    // if the file grows while it is read, which no atomic writer does.
-    let mut bytes = Zeroizing::new(Vec::with_capacity((meta.len() as usize).min(cap)));
+    // Room for the file as its length says, or (a pipe, a file of unknown length) for a
+    // token of the default cap: the buffer moves, leaving an unwiped copy, only past that,
+    // or if a file grows while it is read, which no atomic writer does.
+    let room = match meta.len() {
+        0 => DEFAULT_ROOM,
+        len => usize::try_from(len).unwrap_or(usize::MAX),
+    };
+    let mut bytes = Zeroizing::new(Vec::with_capacity(room.min(cap)));
     // The length can change under us (or be unknown for a pipe): never read past cap + 1.
     file.take(cap as u64)
         .read_to_end(&mut bytes)

@@ -283,7 +283,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let carried = Carried::handed_down();
+        let carried = Carried::take();
         let replay = clone_request(&req);
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.

@@ -276,7 +276,7 @@ where
             None => Err(req),
         };
         // The token of a retry layer above, reloaded with the certificate on a 401.
-        let token = Carried::handed_down();
+        let token = Carried::take();
         Box::pin(respond(
             self.shared.clone(),
             self.connection.clone(),
