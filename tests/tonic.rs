@@ -1,7 +1,8 @@
 //! `tonic::TlsChannel`'s own behaviours, against real servers: one dial for a burst of
 //! first calls, a stream the server refused (`REFUSED_STREAM`: never processed) sent again
 //! with its body while any other reset is not, and a dial that fails naming the origin.
-//! Rotations and refusals of each credential are the matrix's (`tests/conformance`).
+//! Rotations and refusals of each credential are the matrix's (`tests/conformance`); here,
+//! what a refused certificate's call counts.
 
 mod support;
 
@@ -340,4 +341,41 @@ fn an_origin_that_is_not_https_is_refused_at_once() {
     // An https origin is taken.
     let origin = "https://localhost:8443".parse().unwrap();
     assert!(TlsChannel::<tonic::body::Body>::new(origin, roots).is_ok());
+}
+
+/// A certificate refused on its open connection (HTTP 401): the call is sent again with the
+/// certificate read after the refusal, and the identity store counts one retry that
+/// succeeded.
+#[tokio::test]
+async fn a_refused_certificate_is_reloaded_and_its_call_sent_again_and_counted() {
+    support::tls::install_ring();
+    let (server_ca, clients) = (Ca::new("server"), Ca::new("clients"));
+    let server = MtlsServer::start(&clients, &server_ca.server()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let first = clients.client("first", HOUR);
+    std::fs::write(&crt, &first.cert_pem).unwrap();
+    std::fs::write(&key, &first.key_pem).unwrap();
+    // Only the refusal reads the files again.
+    let identity = IdentityStore::files(&crt, &key)
+        .no_watch()
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    let roots = roots_of(dir.path(), &server_ca.pem()).await;
+    let channel = TlsChannel::new(server.url("").parse().unwrap(), roots)
+        .unwrap()
+        .identity(identity.clone());
+    let mut health = HealthClient::new(channel);
+    health.check(HealthCheckRequest::default()).await.unwrap();
+
+    let second = clients.client("second", HOUR);
+    std::fs::write(&crt, &second.cert_pem).unwrap();
+    std::fs::write(&key, &second.key_pem).unwrap();
+    server.refuse(&first.fingerprint());
+    health.check(HealthCheckRequest::default()).await.unwrap();
+    assert_eq!(identity.generation(), 2);
+    let status = identity.status();
+    assert_eq!((status.retries, status.retries_succeeded), (1, 1));
 }
