@@ -241,7 +241,6 @@ impl<S> StoreBuilder<S> {
     /// # }
     /// ```
     #[cfg(feature = "testing")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn simulated_clock(
         mut self,
         origin: std::time::SystemTime,

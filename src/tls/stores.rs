@@ -60,8 +60,10 @@ trait Blamed: Send + Sync {
     /// The reload after a refusal of generation `sent` of this store's credential.
     fn reloading(&self, sent: u64, certainty: Certainty) -> Reload;
 
+    /// Counts the request sent again after the refusal.
     fn count_retried(&self);
 
+    /// Counts how that request went: `refused` when it was refused again.
     fn count_resent(&self, refused: bool);
 }
 
