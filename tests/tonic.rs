@@ -344,8 +344,8 @@ fn an_origin_that_is_not_https_is_refused_at_once() {
 }
 
 /// A certificate refused on its open connection (HTTP 401): the call is sent again with the
-/// certificate read after the refusal, and the identity store counts one retry that
-/// succeeded.
+/// certificate read after the refusal, and the identity store counts the retry, and whether
+/// it succeeded.
 #[tokio::test]
 async fn a_refused_certificate_is_reloaded_and_its_call_sent_again_and_counted() {
     support::tls::install_ring();
@@ -378,4 +378,19 @@ async fn a_refused_certificate_is_reloaded_and_its_call_sent_again_and_counted()
     assert_eq!(identity.generation(), 2);
     let status = identity.status();
     assert_eq!((status.retries, status.retries_succeeded), (1, 1));
+
+    // A successor the server refuses too: sent again once, refused again, counted so.
+    let third = clients.client("third", HOUR);
+    std::fs::write(&crt, &third.cert_pem).unwrap();
+    std::fs::write(&key, &third.key_pem).unwrap();
+    server.refuse(&second.fingerprint());
+    server.refuse(&third.fingerprint());
+    let refused = health
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("failed"), "{refused}");
+    assert_eq!(identity.generation(), 3);
+    let status = identity.status();
+    assert_eq!((status.retries, status.retries_succeeded), (2, 1));
 }

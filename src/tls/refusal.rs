@@ -28,31 +28,46 @@ pub(crate) fn blame(error: &(dyn Error + 'static)) -> Option<Blame> {
             && let Some(inner) = io.get_ref()
         {
             // An `io::Error`'s `source()` skips the error it wraps.
-            return blame(inner);
+            return blame(inner).or_else(|| of_message(&inner.to_string()));
         }
         next = e.source();
     }
     None
 }
 
+/// The alerts a server sends when it refuses our certificate.
+const IDENTITY_ALERTS: [AlertDescription; 8] = [
+    AlertDescription::BadCertificate,
+    AlertDescription::UnsupportedCertificate,
+    AlertDescription::CertificateRevoked,
+    AlertDescription::CertificateExpired,
+    AlertDescription::CertificateUnknown,
+    AlertDescription::CertificateRequired,
+    AlertDescription::UnknownCA,
+    AlertDescription::AccessDenied,
+];
+
 fn of(error: &rustls::Error) -> Option<Blame> {
-    use AlertDescription as A;
     match error {
-        rustls::Error::AlertReceived(
-            A::BadCertificate
-            | A::UnsupportedCertificate
-            | A::CertificateRevoked
-            | A::CertificateExpired
-            | A::CertificateUnknown
-            | A::CertificateRequired
-            | A::UnknownCA
-            | A::AccessDenied,
-        ) => Some(Blame::Identity),
+        rustls::Error::AlertReceived(alert) if IDENTITY_ALERTS.contains(alert) => {
+            Some(Blame::Identity)
+        }
         rustls::Error::InvalidCertificate(Verify::UnknownIssuer | Verify::BadSignature) => {
             Some(Blame::Roots)
         }
         _ => None,
     }
+}
+
+/// The same, from the words rustls shows the error with: h2 keeps only an I/O error's kind
+/// and message (its errors are `Clone`), so under HTTP/2 the rustls error itself is gone.
+fn of_message(message: &str) -> Option<Blame> {
+    if let Some(alert) = message.strip_prefix("received fatal alert: ") {
+        let named = |a: &AlertDescription| format!("{a:?}") == alert;
+        return IDENTITY_ALERTS.iter().any(named).then_some(Blame::Identity);
+    }
+    let verify = message.strip_prefix("invalid peer certificate: ")?;
+    matches!(verify, "UnknownIssuer" | "BadSignature").then_some(Blame::Roots)
 }
 
 #[cfg(test)]

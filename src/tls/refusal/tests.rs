@@ -20,3 +20,24 @@ fn an_alert_or_an_unknown_issuer_is_found_under_io_and_hyper_errors() {
     struct Outer(#[source] std::io::Error);
     assert_eq!(blame(&Outer(alert)), Some(Blame::Identity));
 }
+
+/// Under HTTP/2, h2 keeps an I/O error's kind and message only: the rustls error is found
+/// by its words, each alert and verdict as rustls shows it.
+#[test]
+fn under_http2_an_alert_is_found_by_the_words_rustls_shows_it_with() {
+    let as_h2 = |error: rustls::Error| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, error.to_string())
+    };
+    for alert in IDENTITY_ALERTS {
+        let error = as_h2(rustls::Error::AlertReceived(alert));
+        assert_eq!(blame(&error), Some(Blame::Identity), "{error}");
+    }
+    let close = as_h2(rustls::Error::AlertReceived(AlertDescription::CloseNotify));
+    assert_eq!(blame(&close), None);
+    for verdict in [Verify::UnknownIssuer, Verify::BadSignature] {
+        let error = as_h2(rustls::Error::InvalidCertificate(verdict));
+        assert_eq!(blame(&error), Some(Blame::Roots), "{error}");
+    }
+    let name = as_h2(rustls::Error::InvalidCertificate(Verify::NotValidForName));
+    assert_eq!(blame(&name), None);
+}
