@@ -38,13 +38,15 @@
 //!   the retry asks for one; the caller sends the request with the store's newest token
 //!   (`Store::resend`).
 //!
-//! A refusal is handled once, by the part closest to the wire that knows every credential
-//! the request carried: the retry layer hands its token down as it calls its inner service
-//! ([`Carried`]; reqwest's `BearerMiddleware` in reqwest-middleware's extensions), an HTTPS
-//! transport below (`HttpsClient`, `TlsChannel`, `TlsMiddleware`: `tls::stores::Refusal`)
-//! reloads it with its own client certificate and sends the request again at most once
-//! with both, and marks the answer [`Handled`] so that the layer above does not send it a
-//! third time.
+//! A refusal is handled once, and a request sent again at most once. A retry layer
+//! ([`BearerLayer`](crate::BearerLayer)'s, reqwest's `BearerMiddleware`) takes every 401 to
+//! the requests it can send again; an HTTPS transport below it (`HttpsClient`,
+//! `TlsChannel`, `TlsMiddleware`: `tls::stores::Refusal`) only reloads its client
+//! certificate first and marks the answer [`Renewed`] when it found a newer one, so that
+//! the layer sends the request again with every credential newer by then. The layer says
+//! it is there for the length of its inner service's `call` ([`resending_above`]; reqwest's
+//! middlewares in reqwest-middleware's extensions). Without one, the transport sends the
+//! request again itself, with its new certificate.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -129,60 +131,37 @@ impl<B: Body> Refused for http::Response<B> {
 /// The reload after a refusal: whether it brought a newer credential.
 pub(crate) type Reload = Pin<Box<dyn Future<Output = bool> + Send>>;
 
-/// The token of a retry layer, handed down to a transport below that handles a refusal
-/// itself (see the module docs).
-#[derive(Clone)]
-pub(crate) struct Carried {
-    pub(crate) store: Store<Token>,
-    /// The generation of the token the request carries.
-    pub(crate) sent: u64,
-}
-
 thread_local! {
-    /// The token of the retry layer whose inner service's `call` runs now on this thread:
-    /// set only for the length of that call (empty at every other moment), so that a
-    /// transport whose `call` runs within it can take it. Not a request extension: that
-    /// allocates a map for every request, about 600 instructions, where this costs a
-    /// reference count (BENCHMARKS.md, "A/B"). reqwest's middlewares hand it over in
-    /// reqwest-middleware's extensions instead, which their `handle` runs on.
-    static HANDED_DOWN: Cell<Option<Carried>> = const { Cell::new(None) };
+    /// How many retry layers' inner `call`s run now on this thread: a transport called
+    /// within one leaves a 401 to it. A plain integer: a load and a store, no destructor.
+    static RESENDING_ABOVE: Cell<u32> = const { Cell::new(0) };
 }
 
-impl Carried {
-    /// Runs `call` (the inner service's `call`) with a clone of `self` handed down to the
-    /// first transport called within it.
-    pub(crate) fn hand_down<R>(&self, call: impl FnOnce() -> R) -> R {
-        /// Puts back what was handed down before (a retry layer over another), also when
-        /// `call` panics, and drops what no transport took.
-        struct Restore(Option<Carried>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                drop(HANDED_DOWN.replace(self.0.take()));
-            }
+/// Runs `call` (a retry layer's inner service's `call`) telling a transport called within
+/// it that the layer sends a 401's request again itself.
+pub(crate) fn resending_above<R>(call: impl FnOnce() -> R) -> R {
+    /// Counts the layer out again, also when `call` panics.
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            RESENDING_ABOVE.set(RESENDING_ABOVE.get() - 1);
         }
-        let _restore = Restore(HANDED_DOWN.replace(Some(self.clone())));
-        call()
     }
-
-    /// The token handed down by the retry layer whose call this runs within, if any: the
-    /// first transport's alone.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn take() -> Option<Carried> {
-        HANDED_DOWN.take()
-    }
-
-    /// The reload of the carried token after a refusal: whether it brought a newer one.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) fn reload(&self) -> impl Future<Output = bool> + Send + use<> {
-        reload(self.store.clone(), self.sent, Certainty::Certain)
-    }
+    RESENDING_ABOVE.set(RESENDING_ABOVE.get() + 1);
+    let _leave = Leave;
+    call()
 }
 
-/// A response extension: the refusal it carries was handled below (every credential the
-/// request carried reloaded, the request sent again if it could be), so that the layer
-/// above gives it back as it is.
+/// Whether a retry layer above the call that runs now sends a 401's request again itself.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) fn resent_above() -> bool {
+    RESENDING_ABOVE.get() > 0
+}
+
+/// A response extension: the transport below reloaded its client certificate after this
+/// 401 and found a newer one, so the request may go again even with the same token.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Handled;
+pub(crate) struct Renewed;
 
 /// The reload of `store`'s credential after a refusal of generation `sent`: whether it
 /// brought a newer one.
@@ -217,15 +196,11 @@ pin_project! {
 }
 
 impl<R: Refused<Body = B>, B: Body> AfterRefusal<R, B> {
-    /// After `response` refused (with `certainty`) a request sent with the token of
-    /// generation `sent`.
-    pub(crate) fn new<C: Credential>(
-        store: Store<C>,
-        sent: u64,
-        certainty: Certainty,
-        response: R,
-    ) -> Self {
-        Self::reloading(Box::pin(reload(store, sent, certainty)), response)
+    /// After `response` refused a request sent with the token of generation `sent`:
+    /// `renewed` when a transport below found a newer certificate for it ([`Renewed`]).
+    pub(crate) fn new(store: Store<Token>, sent: u64, renewed: bool, response: R) -> Self {
+        let reload = reload(store, sent, Certainty::Certain);
+        Self::reloading(Box::pin(async move { reload.await || renewed }), response)
     }
 
     /// What follows a refusal whose credentials `reload` reloads.

@@ -54,7 +54,7 @@ use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::layer::RetryUnauthorized;
-use crate::refusal::{AfterRefusal, Carried, Failure, Handled, Refused, may_send_again};
+use crate::refusal::{AfterRefusal, Failure, Refused, Renewed, may_send_again};
 use crate::store::{Certainty, TokenStore};
 
 #[cfg(feature = "tls")]
@@ -201,21 +201,16 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             OnUnauthorized::Retry => req.try_clone(),
             OnUnauthorized::Reload => None,
         };
-        // The token goes down to a `TlsMiddleware` after this one, which reloads it with its
-        // certificate on a 401 and sends the request again once with both.
+        // A `TlsMiddleware` after this one leaves a 401 of this request to this one, which
+        // sends it again with every credential newer by then (see `crate::refusal`).
         if replay.is_some() {
-            let store = self.store.0.clone();
-            extensions.insert(Carried { store, sent });
+            extensions.insert(ResendingAbove);
         }
         let response = next.clone().run(req, extensions).await;
-        extensions.remove::<Carried>();
-        let response = response?;
-        // Handled after this one (reloaded, sent again if it could be): not twice.
-        if response.status() != StatusCode::UNAUTHORIZED
-            || response.extensions().get::<Handled>().is_some()
-        {
-            return Ok(response);
-        }
+        let response = match response {
+            Ok(response) if response.status() == StatusCode::UNAUTHORIZED => response,
+            response => return done(extensions, response),
+        };
         let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))
         else {
             // Starts the store's read and returns: the requests that follow get the new
@@ -223,19 +218,33 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             self.store.0.reload_after_refusal(sent, Certainty::Certain);
             return Ok(response);
         };
-        let after = AfterRefusal::new(self.store.0.clone(), sent, Certainty::Certain, response);
+        let renewed = response.extensions().get::<Renewed>().is_some();
+        let after = AfterRefusal::new(self.store.0.clone(), sent, renewed, response);
         let mut after = std::pin::pin!(after);
         if let Err(response) =
             std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
         {
-            // The same token would be refused again.
-            return Ok(response);
+            // The same credentials would be refused again.
+            return done(extensions, Ok(response));
         }
         self.store.0.resend(replay.headers_mut());
-        let response = next.run(replay, extensions).await?;
-        self.store
-            .0
-            .count_resent(response.status() == StatusCode::UNAUTHORIZED);
-        Ok(response)
+        let response = next.run(replay, extensions).await;
+        if let Ok(response) = &response {
+            self.store
+                .0
+                .count_resent(response.status() == StatusCode::UNAUTHORIZED);
+        }
+        done(extensions, response)
     }
+}
+
+/// In reqwest-middleware's extensions while a retrying `BearerMiddleware` sends a request:
+/// a `TlsMiddleware` after it leaves a 401 to it.
+#[derive(Clone, Copy)]
+struct ResendingAbove;
+
+/// `response`, the request's extensions rid of [`ResendingAbove`].
+fn done(extensions: &mut Extensions, response: Result<Response>) -> Result<Response> {
+    extensions.remove::<ResendingAbove>();
+    response
 }

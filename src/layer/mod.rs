@@ -61,7 +61,6 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::classify::{Http401, Unauthorized};
-use crate::refusal::Carried;
 use crate::store::{Certainty, Store, TokenStore};
 use crate::token::Token;
 
@@ -161,6 +160,13 @@ impl<S, C: Clone, R: Clone> Layer<S> for BearerLayer<C, R> {
             retry: self.retry.clone(),
         }
     }
+}
+
+/// The token a request carried: its store and generation, for a refusal.
+#[derive(Clone)]
+struct Carried {
+    store: Store<Token>,
+    sent: u64,
 }
 
 /// What a service knows of its token: the store and the token it last read from it. Not

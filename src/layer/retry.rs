@@ -13,10 +13,12 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::{BearerService, RetryUnauthorized};
+use super::{BearerService, Carried, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
-use crate::refusal::{AfterRefusal, Carried, Failure, Handled, clone_request, may_send_again};
+use crate::refusal::{
+    AfterRefusal, Failure, Renewed, clone_request, may_send_again, resending_above,
+};
 use crate::store::Certainty;
 
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, RetryUnauthorized>
@@ -40,15 +42,11 @@ where
         // passed through as it is.
         let replay = sent.as_ref().and_then(|_| clone_request(&req));
         let retry_svc = replay.as_ref().map(|_| self.inner.clone());
-        // The token goes down with the call: an HTTPS transport below that handles the
-        // refusal itself reloads it with its own certificate, and sends the request again
-        // once with both.
-        let fut = match (&sent, &replay) {
-            (Some(sent), Some(_)) => {
-                let inner = &mut self.inner;
-                sent.hand_down(|| inner.call(req))
-            }
-            _ => self.inner.call(req),
+        // An HTTPS transport below leaves a 401 of this request to the layer, which sends it
+        // again with every credential newer by then (see `crate::refusal`).
+        let fut = match &replay {
+            Some(_) => resending_above(|| self.inner.call(req)),
+            None => self.inner.call(req),
         };
         RetryFuture {
             state: State::First { fut },
@@ -133,10 +131,7 @@ where
                     else {
                         return poll;
                     };
-                    // Handled below (reloaded, and sent again if it could be): not twice.
-                    if !this.classifier.is_unauthorized(response)
-                        || response.extensions().get::<Handled>().is_some()
-                    {
+                    if !this.classifier.is_unauthorized(response) {
                         return poll;
                     }
                     let resend = this
@@ -151,8 +146,8 @@ where
                     let Poll::Ready(Ok(response)) = poll else {
                         return poll;
                     };
-                    let after =
-                        AfterRefusal::new(store.clone(), *sent, Certainty::Certain, response);
+                    let renewed = response.extensions().get::<Renewed>().is_some();
+                    let after = AfterRefusal::new(store.clone(), *sent, renewed, response);
                     this.state.set(State::Refused { after });
                 }
                 StateProj::Refused { after } => {
@@ -170,7 +165,8 @@ where
                     if let Some(Carried { store, .. }) = this.sent.as_ref() {
                         store.resend(request.headers_mut());
                     }
-                    let fut = svc.call(request);
+                    // At most twice: a transport below leaves this one's 401 to the layer too.
+                    let fut = resending_above(|| svc.call(request));
                     this.state.set(State::Retrying { fut });
                 }
                 StateProj::Retrying { fut } => {

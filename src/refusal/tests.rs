@@ -87,7 +87,7 @@ async fn no_newer_token_gives_the_response_back_untouched() {
     let store = crate::test_support::rotated_store().await;
     // The source's "new" is read by the reload: a newer token.
     let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("x")));
-    let after = AfterRefusal::new(store.0.clone(), 1, Certainty::Certain, response);
+    let after = AfterRefusal::new(store.0.clone(), 1, false, response);
     let mut after = std::pin::pin!(after);
     let went = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
     assert!(went.is_ok());
@@ -95,16 +95,35 @@ async fn no_newer_token_gives_the_response_back_untouched() {
     // The new token refused in turn: the source holds nothing newer, and the response
     // comes back as it was.
     let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("y")));
-    let after = AfterRefusal::new(store.0.clone(), 2, Certainty::Certain, response);
+    let after = AfterRefusal::new(store.0.clone(), 2, false, response);
     let mut after = std::pin::pin!(after);
     let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
     let body = back.unwrap_err().into_body();
     use http_body_util::BodyExt;
     assert_eq!(body.collect().await.unwrap().to_bytes(), "y");
+    // The same token, but a transport below found a newer certificate: it goes again.
+    let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("r")));
+    let after = AfterRefusal::new(store.0.clone(), 2, true, response);
+    let mut after = std::pin::pin!(after);
+    let went = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await;
+    assert!(went.is_ok());
+    assert_eq!(store.generation(), 2);
     // A newer token, but a body that can no longer be replayed: given back too.
     let response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("z")));
-    let after = AfterRefusal::new(store.0.clone(), 1, Certainty::Certain, response);
+    let after = AfterRefusal::new(store.0.clone(), 1, false, response);
     let mut after = std::pin::pin!(after);
     let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || false)).await;
     assert!(back.is_err());
+}
+
+#[test]
+fn a_transport_knows_a_retry_layer_is_above_only_within_its_call() {
+    assert!(!resent_above());
+    let (inner, nested) = resending_above(|| (resent_above(), resending_above(resent_above)));
+    assert!(inner && nested);
+    assert!(!resent_above());
+    // A call that panics counts its layer out too.
+    let panicked = std::panic::catch_unwind(|| resending_above(|| panic!("inner call")));
+    assert!(panicked.is_err());
+    assert!(!resent_above());
 }

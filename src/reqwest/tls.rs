@@ -9,7 +9,8 @@ use arc_swap::ArcSwapOption;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::refusal::{Carried, Failure, Refused, may_send_again};
+use super::ResendingAbove;
+use crate::refusal::{Failure, Refused, Renewed, may_send_again};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::refusal::{Blame, blame};
@@ -269,9 +270,8 @@ impl Middleware for TlsMiddleware {
         extensions: &mut Extensions,
         _next: Next<'_>,
     ) -> Result<Response> {
-        // The token of a `BearerMiddleware` before this one, reloaded with the certificate
-        // on a 401.
-        let token = extensions.remove::<Carried>();
+        // A retrying `BearerMiddleware` before this one sends a 401's request again itself.
+        let above = extensions.get::<ResendingAbove>().is_some();
         let generation = self.shared.generation();
         let client = generation.client()?;
         // The copy is made before the request goes: sending consumes it.
@@ -280,17 +280,24 @@ impl Middleware for TlsMiddleware {
         let Some(blame) = refused(&outcome) else {
             return Ok(outcome?);
         };
-        let unauthorized = matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
-        let token = token.filter(|_| unauthorized);
         let (stores, sent) = (&self.shared.stores, generation.generations);
-        let Some(refusal) = Refusal::new(stores, blame, sent, Certainty::Certain, token) else {
+        let Some(refusal) = Refusal::new(stores, blame, sent, Certainty::Certain) else {
             return Ok(outcome?);
         };
-        let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))
-        else {
+        let outcome = match (above, outcome) {
+            // The middleware before this one sends it again: the identity reloads first.
+            (true, Ok(mut response)) if response.status() == StatusCode::UNAUTHORIZED => {
+                if refusal.renew().await {
+                    response.extensions_mut().insert(Renewed);
+                }
+                return Ok(response);
+            }
+            (_, outcome) => outcome,
+        };
+        let Some(replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused)) else {
             // The reload starts for the requests that follow; this one gets its answer.
             refusal.reload_later();
-            return marked(&refusal, outcome.map_err(Into::into));
+            return Ok(outcome?);
         };
         let answer = match outcome {
             Ok(response) => Answer::Response(response),
@@ -301,24 +308,16 @@ impl Middleware for TlsMiddleware {
         if let Err(answer) = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
         {
             // Nothing newer to send it with.
-            return marked(&refusal, answer.into_result());
+            return answer.into_result();
         }
         // The client of the credentials current now: a connection made with the new one.
         let generation = self.shared.generation();
         let client = generation.client()?;
-        refusal.resending(replay.headers_mut());
+        refusal.resending();
         let outcome = client.execute(replay).await;
         refusal.resent(refused(&outcome).is_some());
-        marked(&refusal, outcome.map_err(Into::into))
+        Ok(outcome?)
     }
-}
-
-/// `result`, marked when the middleware before this one must not send it again.
-fn marked(refusal: &Refusal, result: Result<Response>) -> Result<Response> {
-    result.map(|mut response| {
-        refusal.mark(response.extensions_mut());
-        response
-    })
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@ use super::refusal::{Blame, blame};
 use super::stores::{Generations, Refusal, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::refusal::{AfterRefusal, Carried, Failure, Refused, clone_request, may_send_again};
+use crate::refusal::{
+    AfterRefusal, Failure, Refused, Reload, Renewed, clone_request, may_send_again, resent_above,
+};
 use crate::store::Certainty;
 use crate::sync::lock;
 
@@ -283,7 +285,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let carried = Carried::take();
+        let above = resent_above();
         let replay = clone_request(&req);
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.
@@ -293,7 +295,8 @@ where
             shared: self.shared.clone(),
             sent,
             replay,
-            carried,
+            above,
+            refused: None,
         })
     }
 }
@@ -400,8 +403,9 @@ pin_project! {
         shared: Arc<Shared<B>>,
         sent: Generations,
         replay: Option<Request<B>>,
-        // The token of the retry layer above, reloaded with the certificate on a 401.
-        carried: Option<Carried>,
+        // A retry layer above sends a 401's request again itself (`crate::refusal`).
+        above: bool,
+        refused: Option<Refusal>,
     }
 }
 
@@ -409,13 +413,14 @@ pin_project! {
     #[project = StateProj]
     enum State {
         First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
+        // A 401 for the retry layer above: the identity reloads before it goes up.
+        Renewing { reload: Reload, answer: Option<Outcome> },
         // Boxed: the refusal's steps are larger than the rest of the future together,
         // and every request's future would carry their room.
         Refused {
             after: Pin<Box<AfterRefusal<Outcome, Either<Incoming, Empty<Bytes>>>>>,
-            refused: Refusal,
         },
-        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture, refused: Refusal },
+        Retrying { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
     }
 }
 
@@ -437,18 +442,21 @@ where
                         return Poll::Ready(outcome);
                     };
                     let sent = refusal.dialled.unwrap_or(*this.sent);
-                    // A 401 may refuse the token the layer above handed down, as well as
-                    // (or instead of) the certificate: both reload, and the request goes
-                    // again once, with both.
-                    let unauthorized =
-                        matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED);
-                    let token = this.carried.take().filter(|_| unauthorized);
                     let stores = &this.shared.stores;
                     let certainty = refusal.certainty();
-                    let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty, token)
-                    else {
+                    let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty) else {
                         return Poll::Ready(outcome);
                     };
+                    if *this.above
+                        && matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED)
+                    {
+                        let reload = refused.renew();
+                        this.state.set(State::Renewing {
+                            reload,
+                            answer: Some(outcome),
+                        });
+                        continue;
+                    }
                     let resend = this
                         .replay
                         .as_ref()
@@ -456,44 +464,45 @@ where
                     if !resend {
                         // Not sent again: the reload starts for the requests that follow.
                         refused.reload_later();
-                        return Poll::Ready(marked(&refused, outcome));
+                        return Poll::Ready(outcome);
                     }
-                    let after = refused.after(outcome);
-                    this.state.set(State::Refused {
-                        after: Box::pin(after),
-                        refused,
-                    });
+                    let after = Box::pin(refused.after(outcome));
+                    *this.refused = Some(refused);
+                    this.state.set(State::Refused { after });
                 }
-                StateProj::Refused { after, refused } => {
+                StateProj::Renewing { reload, answer } => {
+                    let newer = ready!(reload.as_mut().poll(cx));
+                    let mut outcome = answer.take().expect("polled after completion");
+                    if let (true, Ok(response)) = (newer, &mut outcome) {
+                        response.extensions_mut().insert(Renewed);
+                    }
+                    return Poll::Ready(outcome);
+                }
+                StateProj::Refused { after } => {
                     let replay = &mut *this.replay;
                     let replayable = || replay.as_ref().is_some_and(|r| r.body().start_replay());
                     if let Err(answer) = ready!(after.as_mut().poll_with(cx, replayable)) {
-                        return Poll::Ready(marked(refused, answer));
+                        return Poll::Ready(answer);
                     }
-                    let refused = std::mem::take(refused);
-                    let mut req = this.replay.take().expect("a refusal is retried once");
-                    refused.resending(req.headers_mut());
+                    let req = this.replay.take().expect("a refusal is retried once");
+                    if let Some(refused) = this.refused.as_ref() {
+                        refused.resending();
+                    }
                     // The pool of the credentials current now: a connection made with
                     // the new one.
                     let fut = this.shared.pool_now().client.request(req);
-                    this.state.set(State::Retrying { fut, refused });
+                    this.state.set(State::Retrying { fut });
                 }
-                StateProj::Retrying { fut, refused } => {
+                StateProj::Retrying { fut } => {
                     let outcome = ready!(fut.poll(cx));
-                    refused.resent(refusal(&outcome).is_some());
-                    return Poll::Ready(marked(refused, outcome));
+                    if let Some(refused) = this.refused.as_ref() {
+                        refused.resent(refusal(&outcome).is_some());
+                    }
+                    return Poll::Ready(outcome);
                 }
             }
         }
     }
-}
-
-/// `outcome`, marked when the layer above must not send it again (see [`Refusal::mark`]).
-fn marked(refused: &Refusal, outcome: Outcome) -> Outcome {
-    outcome.map(|mut response| {
-        refused.mark(response.extensions_mut());
-        response
-    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use super::refusal::Blame;
 use super::{IdentityStore, RootStore};
-use crate::refusal::{AfterRefusal, Carried, Handled, Refused, Reload, reload};
+use crate::refusal::{AfterRefusal, Refused, Reload, reload};
 use crate::store::{Certainty, Credential, Store};
 
 /// The generations of the identity (0 without one) and of the bundle.
@@ -85,103 +85,55 @@ impl<C: Credential> Blamed for Store<C> {
     }
 }
 
-/// What a refusal reloads: the store it blames and, for a 401, the token a retry layer
-/// above handed down; then how the request goes again, once, with every credential newer
-/// by then.
-#[derive(Default)]
+/// What a refusal reloads: the store it blames, and how the request goes again, once,
+/// with the credential newer by then.
 pub(crate) struct Refusal {
-    blamed: Option<(Box<dyn Blamed>, u64)>,
-    token: Option<Carried>,
-    certainty: Option<Certainty>,
+    store: Box<dyn Blamed>,
+    sent: u64,
+    certainty: Certainty,
 }
 
 impl Refusal {
     /// The refusal of a request sent with `sent` that `blame` points at, with `certainty`;
-    /// `token` for a 401. `None` when it reloads nothing (a 401 to a client without an
-    /// identity, and no token handed down).
+    /// `None` when it reloads nothing (a 401 to a client without an identity).
     pub(crate) fn new(
         stores: &Stores,
         blame: Blame,
         sent: Generations,
         certainty: Certainty,
-        token: Option<Carried>,
     ) -> Option<Self> {
-        let blamed = stores.refused_store(blame, sent);
-        (blamed.is_some() || token.is_some()).then_some(Self {
-            blamed,
-            token,
-            certainty: Some(certainty),
+        let (store, sent) = stores.refused_store(blame, sent)?;
+        Some(Self {
+            store,
+            sent,
+            certainty,
         })
     }
 
-    fn certainty(&self) -> Certainty {
-        self.certainty.unwrap_or(Certainty::Certain)
-    }
-
-    /// Starts each reload for the requests that follow, without waiting (the request is
+    /// Starts the reload for the requests that follow, without waiting (the request is
     /// not sent again).
     pub(crate) fn reload_later(&self) {
-        if let Some((store, sent)) = &self.blamed {
-            store.reload_later(*sent, self.certainty());
-        }
-        if let Some(token) = &self.token {
-            token
-                .store
-                .reload_after_refusal(token.sent, Certainty::Certain);
-        }
+        self.store.reload_later(self.sent, self.certainty);
     }
 
-    /// The reloads, together, then the drain of `answer`: whether the request goes again.
+    /// The reload: whether it brought a newer credential. For a 401 that a retry layer
+    /// above sends again ([`crate::refusal`]), whose answer it marks [`Renewed`] if so.
+    pub(crate) fn renew(&self) -> Reload {
+        self.store.reloading(self.sent, self.certainty)
+    }
+
+    /// The reload, then the drain of `answer`: whether the request goes again.
     pub(crate) fn after<R: Refused>(&self, answer: R) -> AfterRefusal<R, R::Body> {
-        let blamed = self
-            .blamed
-            .as_ref()
-            .map(|(store, sent)| store.reloading(*sent, self.certainty()));
-        let token = self.token.as_ref().map(Carried::reload);
-        let reload: Reload = Box::pin(async move {
-            let blamed = async move {
-                match blamed {
-                    Some(reload) => reload.await,
-                    None => false,
-                }
-            };
-            let token = async move {
-                match token {
-                    Some(reload) => reload.await,
-                    None => false,
-                }
-            };
-            let (blamed, token) = tokio::join!(blamed, token);
-            blamed || token
-        });
-        AfterRefusal::reloading(reload, answer)
+        AfterRefusal::reloading(self.renew(), answer)
     }
 
-    /// Counts the second sending, and puts the newest token on it.
-    pub(crate) fn resending(&self, headers: &mut http::HeaderMap) {
-        if let Some((store, _)) = &self.blamed {
-            store.count_retried();
-        }
-        if let Some(token) = &self.token {
-            token.store.resend(headers);
-        }
+    /// Counts the second sending.
+    pub(crate) fn resending(&self) {
+        self.store.count_retried();
     }
 
     /// Counts how the second sending went: `refused` when it was refused too.
     pub(crate) fn resent(&self, refused: bool) {
-        if let Some((store, _)) = &self.blamed {
-            store.count_resent(refused);
-        }
-        if let Some(token) = &self.token {
-            token.store.count_resent(refused);
-        }
-    }
-
-    /// Marks an answer that the retry layer above must not send again: its token was
-    /// reloaded here.
-    pub(crate) fn mark(&self, extensions: &mut http::Extensions) {
-        if self.token.is_some() {
-            extensions.insert(Handled);
-        }
+        self.store.count_resent(refused);
     }
 }

@@ -23,7 +23,7 @@ use tower_service::Service;
 
 use super::connection::{Connection, Dial, Spawn};
 use crate::body::{ReplayBody, TryCloneBody};
-use crate::refusal::{Carried, Refused, clone_request};
+use crate::refusal::{Refused, Renewed, clone_request, resent_above};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};
@@ -275,13 +275,13 @@ where
             Some(sender) => Ok(sender.try_send_request(req)),
             None => Err(req),
         };
-        // The token of a retry layer above, reloaded with the certificate on a 401.
-        let token = Carried::take();
+        // A retry layer above sends a 401's call again itself (`crate::refusal`).
+        let above = resent_above();
         Box::pin(respond(
             self.shared.clone(),
             self.connection.clone(),
             first,
-            (replay, token),
+            (replay, above),
         ))
     }
 }
@@ -353,8 +353,9 @@ where
     Box::pin(recover(shared, connection.generations, outcome, again)).await
 }
 
-/// What a call needs to go again: its copy, and the token a retry layer above handed down.
-type Again<B> = (Option<Request<ReplayBody<B>>>, Option<Carried>);
+/// What a call needs to go again: its copy, and whether a retry layer above sends a 401's
+/// call again itself.
+type Again<B> = (Option<Request<ReplayBody<B>>>, bool);
 
 /// What follows the first attempt's `outcome`, on connections of generations `sent`: the
 /// answer, or after a refusal the reload and a second attempt.
@@ -362,7 +363,7 @@ async fn recover<B>(
     shared: Arc<Shared<B>>,
     sent: Generations,
     outcome: Result<Response<Incoming>, Failed<Request<ReplayBody<B>>>>,
-    (replay, token): Again<B>,
+    (replay, above): Again<B>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -398,41 +399,38 @@ where
             }
         }
     };
-    let token = token.filter(|_| matches!(answer, Answer::Response(_)));
-    let Some(refusal) = Refusal::new(&shared.stores, refused, sent, Certainty::Certain, token)
-    else {
+    let Some(refusal) = Refusal::new(&shared.stores, refused, sent, Certainty::Certain) else {
         return answer.into_outcome();
     };
+    let answer = match (above, answer) {
+        // The retry layer above sends it again: the identity reloads first.
+        (true, Answer::Response(mut response)) => {
+            if refusal.renew().await {
+                response.extensions_mut().insert(Renewed);
+            }
+            return Ok(response);
+        }
+        (_, answer) => answer,
+    };
     let fresh = unsent.is_some();
-    let Some(mut req) = unsent.or(replay) else {
+    let Some(req) = unsent.or(replay) else {
         // The reload starts for the calls that follow; this one gets its answer.
         refusal.reload_later();
-        return marked(&refusal, answer.into_outcome());
+        return answer.into_outcome();
     };
     let mut after = std::pin::pin!(refusal.after(answer));
     let replayable = |req: &Request<ReplayBody<B>>| fresh || req.body().start_replay();
     if let Err(answer) =
         std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || replayable(&req))).await
     {
-        return marked(&refusal, answer.into_outcome());
+        return answer.into_outcome();
     }
     // The connection of the credentials current now: made with the new one.
     let connection = shared.connection_now();
-    refusal.resending(req.headers_mut());
+    refusal.resending();
     let outcome = send(&shared, &connection, req).await;
     refusal.resent(is_refusal(&outcome));
-    marked(&refusal, outcome.map_err(|failed| shared.error(failed)))
-}
-
-/// `outcome`, marked when the retry layer above must not send it again.
-fn marked(
-    refusal: &Refusal,
-    outcome: Result<Response<Incoming>, BoxError>,
-) -> Result<Response<Incoming>, BoxError> {
-    outcome.map(|mut response| {
-        refusal.mark(response.extensions_mut());
-        response
-    })
+    outcome.map_err(|failed| shared.error(failed))
 }
 
 impl<B> Shared<B> {
