@@ -119,10 +119,9 @@
 //!   answer, a certificate alert; or our own verifier refused the server's certificate;
 //! - or its method is idempotent: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
 //!
-//! A refused request is sent again once, whatever the stack: the layer's retry over the
-//! `tls` feature's HTTPS client hands its token down, and the client reloads it with its
-//! own certificate and sends the request again with both; the layer then leaves that
-//! answer alone.
+//! A refused request is sent again once, whatever the stack: under the layer's retry, the
+//! `tls` feature's HTTPS clients reload their certificate on a 401 and leave the second
+//! sending to the layer, which sends it with every credential newer by then.
 //!
 //! The layer's retry and the reqwest middleware resend after a 401 only. The `tls`
 //! feature's HTTPS client also meets connections that close without an answer, which a

@@ -34,7 +34,9 @@ type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 ///   made, or a server certificate the bundle does not verify reloads the credential it
 ///   points at, once for a burst of them (at most one read a second while the same one
 ///   keeps being refused), and the request is sent once more on a new connection when
-///   [`reqwest::Request::try_clone`] can copy it.
+///   [`reqwest::Request::try_clone`] can copy it (after a retrying
+///   [`BearerMiddleware`](super::BearerMiddleware), a 401 is that one's to send again,
+///   with the new token and the new certificate together).
 ///
 /// It sends the request itself, on the client of the current credentials: put it last,
 /// after any other middleware (a [`BearerMiddleware`](super::BearerMiddleware) comes

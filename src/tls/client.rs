@@ -55,7 +55,9 @@ type Connector = Tagging<HttpsConnector<HttpConnector>>;
 /// certificate alert, or a 401) reloads the identity at once, and one the bundle did not
 /// verify (an unknown issuer) reloads the bundle: one read per burst, as for tokens. A
 /// request whose body can be copied ([`TryCloneBody`]) is then sent once more, on a new
-/// connection, when the reload brought a newer credential.
+/// connection, when the reload brought a newer credential. Under a
+/// [`BearerLayer`](crate::BearerLayer)'s `retry_unauthorized`, a 401 is the layer's to
+/// send again, with the new token and the new certificate together.
 ///
 /// A new connection that closes before it answers anything may be a refusal too (over
 /// TLS 1.3 the server refuses a certificate after the client's handshake, and the alert

@@ -46,7 +46,8 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 ///   made, or a server certificate the bundle does not verify reloads the credential it
 ///   points at, once for a burst of them, and the call is sent once more on a new
 ///   connection (its request body is kept for that, up to 64 KiB: a longer client stream
-///   gets the refusal back);
+///   gets the refusal back; under a retrying [`BearerLayer`](crate::BearerLayer), a 401
+///   is the layer's to send again, with the new token and certificate together);
 /// - a call the server did not process (refused by its `GOAWAY`, as a server that
 ///   restarts sends) goes out again on a new connection; nothing else is sent twice.
 ///
