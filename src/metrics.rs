@@ -97,49 +97,39 @@ pub(crate) const WATCH_STATES: [&str; 4] = ["active", "degraded", "off", "stoppe
 pub(crate) fn describe() {
     #[cfg(feature = "metrics")]
     {
-        describe_counter!(RELOADS, "Reads of the token source, by trigger and result.");
-        describe_counter!(
-            UNAUTHORIZED,
-            "Unauthorized responses to requests that carried the store's token."
-        );
-        describe_counter!(
-            RETRIES,
-            "Requests sent again with a newer token, by result."
-        );
-        describe_counter!(
-            KEPT_AUTHORIZATION,
-            "Requests that kept their own Authorization header."
-        );
+        let counters = [
+            "Reads of the token source, by trigger and result.",
+            "Unauthorized responses to requests that carried the store's token.",
+            "Requests sent again with a newer token, by result.",
+            "Requests that kept their own Authorization header.",
+        ];
+        for (name, description) in [RELOADS, UNAUTHORIZED, RETRIES, KEPT_AUTHORIZATION]
+            .into_iter()
+            .zip(counters)
+        {
+            describe_counter!(name, description);
+        }
+        let gauges = [
+            "1 for the store's watch state, 0 for the others.",
+            "The generation of the token in use.",
+            "1 while the token in use is past its rotation point and its source holds nothing newer.",
+        ];
+        for (name, description) in [WATCH_STATE, GENERATION, STALLED].into_iter().zip(gauges) {
+            describe_gauge!(name, description);
+        }
+        let date = |name: String, what: String| {
+            describe_gauge!(name, Unit::Seconds, format!("{what}, as a Unix timestamp."));
+        };
+        let changed = "When a read of the source last found a new token";
+        date(SOURCE_CHANGED.into(), changed.into());
         for (kind, what) in DATED {
             let [expiry, issued] = dates(kind);
-            describe_gauge!(
-                expiry,
-                Unit::Seconds,
-                format!("When the {what} in use expires, as a Unix timestamp.")
-            );
-            describe_gauge!(
+            date(expiry, format!("When the {what} in use expires"));
+            date(
                 issued,
-                Unit::Seconds,
-                format!(
-                    "When the {what} in use was issued (a CA bundle: installed), as a Unix \
-                     timestamp."
-                )
+                format!("When the {what} in use was issued (a CA bundle: installed)"),
             );
         }
-        describe_gauge!(
-            SOURCE_CHANGED,
-            Unit::Seconds,
-            "When a read of the source last found a new token, as a Unix timestamp."
-        );
-        describe_gauge!(
-            WATCH_STATE,
-            "1 for the store's watch state, 0 for the others."
-        );
-        describe_gauge!(GENERATION, "The generation of the token in use.");
-        describe_gauge!(
-            STALLED,
-            "1 while the token in use is past its rotation point and its source holds nothing newer."
-        );
     }
 }
 

@@ -125,11 +125,7 @@ impl ProjectedTokenDir {
             check_name(name)?;
         }
         let data_dir = self.dir.join(DATA_DIR);
-        let old = match fs::read_link(&data_dir) {
-            Ok(old) => Some(self.dir.join(old)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
+        let old = unless_missing(fs::read_link(&data_dir))?;
 
         let ts_dir = self.new_timestamp_dir()?;
         let ts_name = ts_dir.file_name().expect("a file name").to_owned();
@@ -140,12 +136,8 @@ impl ProjectedTokenDir {
 
         for (name, _) in files {
             let visible = self.dir.join(name);
-            match fs::read_link(&visible) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    symlink_file(Path::new(DATA_DIR).join(name), &visible)?;
-                }
-                Err(e) => return Err(e),
-                Ok(_) => {}
+            if unless_missing(fs::read_link(&visible))?.is_none() {
+                symlink_file(Path::new(DATA_DIR).join(name), &visible)?;
             }
         }
 
@@ -162,10 +154,7 @@ impl ProjectedTokenDir {
         }
 
         if let Some(old) = old {
-            match fs::remove_dir_all(&old) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
+            unless_missing(fs::remove_dir_all(self.dir.join(old)))?;
         }
         Ok(renamed_at)
     }
@@ -202,14 +191,18 @@ impl ProjectedTokenDir {
             taken += 1;
             let path = self.dir.join(format!("{prefix}{suffix:09}"));
             match create_private_dir(&path) {
-                Ok(()) => {
-                    set_mode(&path, 0o755)?;
-                    return Ok(path);
-                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
+                created => return created.and_then(|()| set_mode(&path, 0o755)).map(|()| path),
             }
         }
+    }
+}
+
+/// `result`'s value, `None` when it failed for a missing file.
+fn unless_missing<T>(result: io::Result<T>) -> io::Result<Option<T>> {
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        result => result.map(Some),
     }
 }
 
@@ -233,16 +226,12 @@ fn create_private_dir(path: &Path) -> io::Result<()> {
     builder.create(path)
 }
 
-/// Sets a Unix mode.
-#[cfg(unix)]
+/// Sets a Unix mode (elsewhere files have none).
 fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-}
-
-/// Elsewhere files have no Unix mode.
-#[cfg(not(unix))]
-fn set_mode(_: &Path, _: u32) -> io::Result<()> {
+    #[cfg(unix)]
+    fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+    #[cfg(not(unix))]
+    let _ = (path, mode);
     Ok(())
 }
 
@@ -273,10 +262,7 @@ fn switch(new_data_dir: &Path, data_dir: &Path, _target: &Path) -> io::Result<()
 /// directory link over another: remove it, link it again, remove `new_data_dir`.
 #[cfg(windows)]
 fn switch(new_data_dir: &Path, data_dir: &Path, target: &Path) -> io::Result<()> {
-    match fs::remove_dir(data_dir) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
+    unless_missing(fs::remove_dir(data_dir))?;
     symlink_dir(target, data_dir)?;
     fs::remove_dir(new_data_dir)
 }

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use zeroize::Zeroizing;
-
 use super::{FetchContext, Fetched, TokenSource};
 
 mod credential;
@@ -36,8 +34,6 @@ mod run;
 
 pub(crate) use credential::{ApiVersion, ClusterInfo};
 pub use error::ExecError;
-
-use run::Terminal;
 
 /// How long a plugin may run by default: logging in to a cloud provider takes seconds.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -260,14 +256,6 @@ impl ExecSource {
         self
     }
 
-    /// Tells the plugin about the cluster, in `KUBERNETES_EXEC_INFO`'s `spec.cluster`
-    /// (a kubeconfig's `provideClusterInfo: true`).
-    #[cfg_attr(not(any(test, feature = "kube")), allow(dead_code))]
-    pub(crate) fn cluster(mut self, cluster: ClusterInfo) -> Self {
-        self.cluster = Some(cluster);
-        self
-    }
-
     /// The most the plugin may print, in bytes (default 1 MiB): a run that prints more is
     /// refused, and the plugin killed, as soon as it does.
     pub fn max_output(mut self, bytes: usize) -> Self {
@@ -308,96 +296,22 @@ impl ExecSource {
         self.saw_certificate.load(Ordering::Relaxed)
     }
 
-    /// Whether standard input counts as a terminal, instead of asking the OS (tests).
-    #[cfg(test)]
-    pub(crate) fn stdin_terminal(mut self, is_terminal: bool) -> Self {
-        self.stdin_terminal = Some(is_terminal);
-        self
-    }
-
     fn name(&self) -> String {
         self.command.display().to_string()
     }
 
-    fn terminal(&self) -> Result<Terminal, ExecError> {
+    /// Whether the plugin shares the terminal this run; an error when it needs one and
+    /// there is none.
+    fn shares_terminal(&self) -> Result<bool, ExecError> {
         let is_terminal = self
             .stdin_terminal
             .unwrap_or_else(|| std::io::stdin().is_terminal());
-        match (self.interactive, is_terminal) {
-            (InteractiveMode::Never, _) | (InteractiveMode::IfAvailable, false) => {
-                Ok(Terminal::Detached)
-            }
-            (_, true) => Ok(Terminal::Shared),
-            (InteractiveMode::Always, false) => Err(ExecError::NeedsTerminal {
+        if !is_terminal && self.interactive == InteractiveMode::Always {
+            return Err(ExecError::NeedsTerminal {
                 command: self.name(),
-            }),
-        }
-    }
-
-    fn command_line(&self, terminal: Terminal) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(&self.command);
-        cmd.args(&self.args);
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
-        for name in &self.drop_env {
-            cmd.env_remove(name);
-        }
-        let info = credential::exec_info(
-            self.api_version,
-            terminal == Terminal::Shared,
-            self.cluster.as_ref(),
-        );
-        cmd.env("KUBERNETES_EXEC_INFO", info);
-        cmd
-    }
-
-    async fn run(&self) -> Result<Fetched, ExecError> {
-        #[cfg(feature = "tls")]
-        if self.wants == Wants::ClientCertificate {
-            // Taken out under the lock, and the lock let go before anything else.
-            let handover = crate::sync::lock(&self.handover).take();
-            if let Some(handover) = handover {
-                return Ok(handover.into_fetched());
-            }
-        }
-        let name = self.name();
-        let terminal = self.terminal()?;
-        let exited = run::run(
-            self.command_line(terminal),
-            &name,
-            terminal,
-            self.max_output,
-        )
-        .await
-        .map_err(|e| match e {
-            ExecError::NotFound { command, .. } => ExecError::NotFound {
-                command,
-                install_hint: self.install_hint.clone(),
-            },
-            e => e,
-        })?;
-        if !exited.status.success() {
-            return Err(ExecError::Exit {
-                command: name,
-                status: describe_status(exited.status),
-                stderr: exited.stderr,
             });
         }
-        let credential = credential::parse(&exited.stdout, self.api_version, &name)?;
-        drop(exited);
-        // Handed over when the identity store is about to load: after a run with no token,
-        // or the first run with both (later ones would hand over what may be refused).
-        #[cfg(feature = "tls")]
-        if self.wants == Wants::Token
-            && let Some((cert, key)) = &credential.certificate
-            && (credential.token.is_none() || !self.saw_certificate.load(Ordering::Relaxed))
-        {
-            let handover = Handover::new(pem(cert, key), credential.expires_at);
-            *crate::sync::lock(&self.handover) = Some(handover);
-        }
-        if self.wants == Wants::Token && credential.token.is_some() && credential.has_certificate {
-            self.saw_certificate.store(true, Ordering::Relaxed);
-        }
-        answer(credential, self.wants, name)
+        Ok(is_terminal && self.interactive != InteractiveMode::Never)
     }
 
     /// Drops a certificate a token run got that no identity store took: the key is not
@@ -406,111 +320,84 @@ impl ExecSource {
     pub(crate) fn drop_handover(&self) {
         drop(crate::sync::lock(&self.handover).take());
     }
-
-    /// Whether a certificate waits to be handed over (tests).
-    #[cfg(all(test, feature = "tls"))]
-    pub(crate) fn holds_handover(&self) -> bool {
-        crate::sync::lock(&self.handover).is_some()
-    }
 }
 
 /// A client certificate and key a token run got, waiting for the identity store's first
 /// run. The key is wiped when dropped.
 #[cfg(feature = "tls")]
 struct Handover {
-    pem: Zeroizing<Vec<u8>>,
-    expires_at: Option<SystemTime>,
+    fetched: Fetched,
+    /// Counts the hand-overs alive (tests).
+    #[cfg(test)]
+    _live: tests::Live,
 }
 
-#[cfg(all(test, feature = "tls"))]
-thread_local! {
-    /// Hand-overs alive on this thread: a current-thread test sees its own.
-    pub(crate) static LIVE_HANDOVERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-#[cfg(feature = "tls")]
-impl Handover {
-    fn new(pem: Zeroizing<Vec<u8>>, expires_at: Option<SystemTime>) -> Self {
-        #[cfg(test)]
-        LIVE_HANDOVERS.with(|live| live.set(live.get() + 1));
-        Self { pem, expires_at }
-    }
-
-    fn into_fetched(mut self) -> Fetched {
-        // Moved, not copied: no second copy of the key to wipe.
-        expiring(
-            Fetched::new(std::mem::take(&mut *self.pem)),
-            self.expires_at,
-        )
-    }
-}
-
-#[cfg(all(test, feature = "tls"))]
-impl Drop for Handover {
-    fn drop(&mut self) {
-        LIVE_HANDOVERS.with(|live| live.set(live.get() - 1));
-    }
-}
-
-/// The certificate and its key as one PEM, in wiped memory.
-fn pem(cert: &str, key: &str) -> Zeroizing<Vec<u8>> {
+/// The certificate and its key as one PEM.
+fn pem(cert: &str, key: &str) -> Vec<u8> {
     // One allocation of the exact size: no copy of the key left behind by a growth.
-    Zeroizing::new([cert.as_bytes(), b"\n", key.as_bytes()].concat())
+    [cert.as_bytes(), b"\n", key.as_bytes()].concat()
 }
 
-fn expiring(fetched: Fetched, expires_at: Option<SystemTime>) -> Fetched {
-    match expires_at {
-        Some(at) => fetched.with_expires_at(at),
-        None => fetched,
-    }
+/// `bytes`, expiring at `expires_at` when there is one.
+fn expiring(bytes: Vec<u8>, expires_at: Option<SystemTime>) -> Fetched {
+    expires_at
+        .into_iter()
+        .fold(Fetched::new(bytes), Fetched::with_expires_at)
 }
 
 /// What a run answers with, out of the plugin's checked credential.
 fn answer(
     mut credential: credential::Credential,
     wants: Wants,
-    name: String,
+    command: String,
 ) -> Result<Fetched, ExecError> {
-    let fetched = match wants {
-        Wants::Token => match credential.token.as_mut() {
-            // Moved out of the wiped string: the store's copy is the only one.
-            Some(token) => Fetched::new(std::mem::take(&mut **token)),
-            None if credential.has_certificate => {
-                return Err(ExecError::ClientCertificate { command: name });
-            }
-            None => return Err(ExecError::MissingToken { command: name }),
-        },
-        Wants::ClientCertificate => {
-            let Some((cert, key)) = &credential.certificate else {
-                return Err(ExecError::MissingCertificate { command: name });
-            };
-            let mut pem = pem(cert, key);
-            Fetched::new(std::mem::take(&mut *pem))
+    let bytes = match (wants, credential.token.as_mut(), &credential.certificate) {
+        // Moved out of the wiped string: the store's copy is the only one.
+        (Wants::Token, Some(token), _) => std::mem::take(&mut **token).into_bytes(),
+        (Wants::Token, None, _) if credential.has_certificate => {
+            return Err(ExecError::ClientCertificate { command });
+        }
+        (Wants::Token, None, _) => return Err(ExecError::MissingToken { command }),
+        (Wants::ClientCertificate, _, Some((cert, key))) => pem(cert, key),
+        (Wants::ClientCertificate, _, None) => {
+            return Err(ExecError::MissingCertificate { command });
         }
     };
-    Ok(expiring(fetched, credential.expires_at))
-}
-
-/// `exited with status 1`, `was killed by signal 9`.
-fn describe_status(status: std::process::ExitStatus) -> String {
-    if let Some(code) = status.code() {
-        return format!("exited with status {code}");
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        if let Some(signal) = status.signal() {
-            return format!("was killed by signal {signal}");
-        }
-    }
-    format!("ended abnormally ({status})")
+    Ok(expiring(bytes, credential.expires_at))
 }
 
 impl TokenSource for ExecSource {
     type Error = ExecError;
 
     async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, ExecError> {
-        self.run().await
+        #[cfg(feature = "tls")]
+        if self.wants == Wants::ClientCertificate {
+            // Taken out under the lock, and the lock let go before anything else.
+            let handover = crate::sync::lock(&self.handover).take();
+            if let Some(handover) = handover {
+                return Ok(handover.fetched);
+            }
+        }
+        let stdout = run::run(self, self.shares_terminal()?).await?;
+        let credential = credential::parse(&stdout, self.api_version, &self.name())?;
+        drop(stdout);
+        // Handed over when the identity store is about to load: after a run with no token,
+        // or the first run with both (later ones would hand over what may be refused).
+        #[cfg(feature = "tls")]
+        if self.wants == Wants::Token
+            && let Some((cert, key)) = &credential.certificate
+            && (credential.token.is_none() || !self.saw_certificate.load(Ordering::Relaxed))
+        {
+            *crate::sync::lock(&self.handover) = Some(Handover {
+                fetched: expiring(pem(cert, key), credential.expires_at),
+                #[cfg(test)]
+                _live: tests::Live::new(),
+            });
+        }
+        if self.wants == Wants::Token && credential.token.is_some() && credential.has_certificate {
+            self.saw_certificate.store(true, Ordering::Relaxed);
+        }
+        answer(credential, self.wants, self.name())
     }
 
     fn describe(&self) -> String {

@@ -32,7 +32,7 @@ pub fn fuzz_parse_response(
 
 pub use error::TokenRequestError;
 
-use spec::{BoundObject, DEFAULT_EXPIRATION, Spec};
+use spec::{DEFAULT_EXPIRATION, Spec};
 
 /// Tokens of a service account from the Kubernetes TokenRequest API, refreshed the way the
 /// kubelet refreshes them.
@@ -98,13 +98,9 @@ pub struct TokenRequestSource {
 
 impl fmt::Debug for TokenRequestSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // What it asks for; not the client.
         f.debug_struct("TokenRequestSource")
-            .field("namespace", &self.spec.namespace)
-            .field("service_account", &self.spec.name)
-            .field("audiences", &self.spec.audiences)
-            .field("expiration", &self.spec.expiration)
-            .field("bound", &self.spec.bound)
-            .field("bound_uid", &self.spec.bound_uid)
+            .field("spec", &self.spec)
             .finish_non_exhaustive()
     }
 }
@@ -135,16 +131,16 @@ impl TokenRequestSource {
 
     /// Adds an audience (`spec.audiences`): the service that checks the token. Without
     /// any, the token is for the API server's own audiences.
-    pub fn audience(mut self, audience: impl Into<String>) -> Self {
-        self.spec.audiences.push(audience.into());
-        self
+    pub fn audience(self, audience: impl Into<String>) -> Self {
+        self.audiences([audience])
     }
 
     /// Adds several audiences.
     pub fn audiences<I: IntoIterator<Item = impl Into<String>>>(mut self, audiences: I) -> Self {
-        self.spec
-            .audiences
-            .extend(audiences.into_iter().map(Into::into));
+        let all = &mut self.spec.audiences;
+        all.extend(audiences.into_iter().map(Into::into));
+        all.sort();
+        all.dedup();
         self
     }
 
@@ -185,11 +181,7 @@ impl TokenRequestSource {
     }
 
     fn bound_to(mut self, kind: &'static str, name: String) -> Self {
-        self.spec.bound = Some(BoundObject {
-            kind,
-            name,
-            uid: None,
-        });
+        self.spec.bound = Some((kind, name));
         self
     }
 }
@@ -232,13 +224,10 @@ impl TokenSource for TokenRequestSource {
 
     /// `serviceaccount team-a/payments (TokenRequest, audiences: vault)`.
     fn describe(&self) -> String {
-        let mut audiences = self.spec.audiences.clone();
-        audiences.sort();
-        audiences.dedup();
-        let audiences = if audiences.is_empty() {
+        let audiences = if self.spec.audiences.is_empty() {
             "the API server's".to_owned()
         } else {
-            audiences.join(", ")
+            self.spec.audiences.join(", ")
         };
         format!(
             "serviceaccount {}/{} (TokenRequest, audiences: {audiences})",

@@ -5,7 +5,6 @@
 //! so that no error message can quote a value from it: serde's typed errors would
 //! ("invalid type: string \"…\"").
 
-use std::fmt;
 use std::time::SystemTime;
 
 use base64::Engine as _;
@@ -44,12 +43,6 @@ impl ApiVersion {
     }
 }
 
-impl fmt::Display for ApiVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// The cluster a plugin is told about when the kubeconfig says `provideClusterInfo: true`
 /// (the `spec.cluster` of `KUBERNETES_EXEC_INFO`, as client-go fills it).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -73,42 +66,23 @@ pub(crate) struct ClusterInfo {
 }
 
 impl ClusterInfo {
-    /// A cluster at `server`, with nothing else set.
-    #[cfg(test)]
-    pub(crate) fn new(server: impl Into<String>) -> Self {
-        Self {
-            server: server.into(),
-            ..Self::default()
-        }
-    }
-
     fn to_json(&self) -> Value {
-        let base64 = |ca: &Vec<u8>| json!(base64::engine::general_purpose::STANDARD.encode(ca));
-        let fields = [
-            ("server", Some(json!(self.server))),
-            (
-                "tls-server-name",
-                self.tls_server_name.as_ref().map(|s| json!(s)),
-            ),
-            (
-                "insecure-skip-tls-verify",
-                self.insecure_skip_tls_verify.then_some(json!(true)),
-            ),
-            (
-                "certificate-authority-data",
-                self.certificate_authority_data.as_ref().map(base64),
-            ),
-            ("proxy-url", self.proxy_url.as_ref().map(|s| json!(s))),
-            (
-                "disable-compression",
-                self.disable_compression.then_some(json!(true)),
-            ),
-            ("config", self.config.clone()),
-        ];
-        let present = fields
-            .into_iter()
-            .filter_map(|(key, value)| Some((key.to_owned(), value?)));
-        Value::Object(present.collect())
+        let ca = (self.certificate_authority_data.as_ref())
+            .map(|ca| base64::engine::general_purpose::STANDARD.encode(ca));
+        let mut cluster = json!({
+            "server": self.server,
+            "tls-server-name": self.tls_server_name,
+            "insecure-skip-tls-verify": self.insecure_skip_tls_verify.then_some(true),
+            "certificate-authority-data": ca,
+            "proxy-url": self.proxy_url,
+            "disable-compression": self.disable_compression.then_some(true),
+            "config": self.config,
+        });
+        // What is not set is left out, as client-go leaves it out.
+        if let Value::Object(fields) = &mut cluster {
+            fields.retain(|_, value| !value.is_null());
+        }
+        cluster
     }
 }
 
@@ -181,30 +155,32 @@ pub(super) fn parse(
     let Some(Value::Object(status)) = doc.get("status") else {
         return Err(ExecError::MissingStatus { command: command() });
     };
-    let text = |name: &str| match status.get(name) {
-        Some(Value::String(s)) if !s.is_empty() => Some(Zeroizing::new(s.clone())),
-        _ => None,
+    let present = |name: &str| {
+        status
+            .get(name)
+            .filter(|v| !v.is_null() && v.as_str() != Some(""))
     };
-    let present = |name: &str| match status.get(name) {
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Null) | None => false,
-        Some(_) => true,
+    let text = |name: &str| {
+        present(name)?
+            .as_str()
+            .map(|s| Zeroizing::new(s.to_owned()))
     };
-    let expires_at = match status.get("expirationTimestamp") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(at)) => Some(
-            at.parse::<jiff::Timestamp>()
-                .map(SystemTime::from)
-                .map_err(|_| ExecError::InvalidExpiry { command: command() })?,
-        ),
-        Some(_) => return Err(ExecError::InvalidExpiry { command: command() }),
+    let expires_at = match status.get("expirationTimestamp").filter(|at| !at.is_null()) {
+        None => None,
+        Some(at) => Some(SystemTime::from(
+            (at.as_str()
+                .and_then(|at| at.parse::<jiff::Timestamp>().ok()))
+            .ok_or_else(|| ExecError::InvalidExpiry { command: command() })?,
+        )),
     };
     Ok(Credential {
         token: text("token"),
         certificate: text("clientCertificateData")
             .map(|cert| cert.to_string())
             .zip(text("clientKeyData")),
-        has_certificate: present("clientCertificateData") || present("clientKeyData"),
+        has_certificate: present("clientCertificateData")
+            .or(present("clientKeyData"))
+            .is_some(),
         expires_at,
     })
 }

@@ -2,7 +2,7 @@
 
 use ::kube::config::{ExecAuthCluster, ExecConfig, ExecInteractiveMode};
 
-use super::{ApiVersion, ClusterInfo, ExecError, ExecSource, InteractiveMode};
+use super::{ApiVersion, ClusterInfo, ExecError, ExecSource, InteractiveMode, redact};
 
 impl TryFrom<&ExecConfig> for ExecSource {
     type Error = ExecError;
@@ -42,75 +42,78 @@ impl TryFrom<&ExecConfig> for ExecSource {
     /// ```
     fn try_from(exec: &ExecConfig) -> Result<Self, ExecError> {
         let command = exec.command.as_deref().unwrap_or_default();
-        let problem = |problem: String| ExecError::Config {
+        let problem = |problem: &str| ExecError::Config {
             command: if command.is_empty() {
-                "(no command)".to_owned()
+                "(no command)"
             } else {
-                command.to_owned()
-            },
-            problem,
+                command
+            }
+            .to_owned(),
+            problem: problem.to_owned(),
         };
         if command.is_empty() {
-            return Err(problem("the exec section has no command".into()));
+            return Err(problem("the exec section has no command"));
         }
+        let supported = format!(
+            "(use {} or {})",
+            ApiVersion::V1.as_str(),
+            ApiVersion::V1Beta1.as_str()
+        );
         let api_version = match exec.api_version.as_deref() {
             None | Some("") => {
-                return Err(problem(format!(
-                    "the exec section has no apiVersion (use {} or {})",
-                    ApiVersion::V1,
-                    ApiVersion::V1Beta1
+                return Err(problem(&format!(
+                    "the exec section has no apiVersion {supported}"
                 )));
             }
             Some(v) => ApiVersion::parse(v).ok_or_else(|| {
-                problem(format!(
-                    "apiVersion {v:?} is not supported (use {} or {})",
-                    ApiVersion::V1,
-                    ApiVersion::V1Beta1
-                ))
+                problem(&format!("apiVersion {v:?} is not supported {supported}"))
             })?,
         };
-        let interactive_mode = match (&exec.interactive_mode, api_version) {
+        let interactive = match (&exec.interactive_mode, api_version) {
             (Some(ExecInteractiveMode::Never), _) => InteractiveMode::Never,
             (Some(ExecInteractiveMode::Always), _) => InteractiveMode::Always,
-            (Some(ExecInteractiveMode::IfAvailable), _) => InteractiveMode::IfAvailable,
             // client-go's default for v1beta1 only (clientcmd's SetDefaults_ExecConfig).
-            (None, ApiVersion::V1Beta1) => InteractiveMode::IfAvailable,
+            (Some(ExecInteractiveMode::IfAvailable), _) | (None, ApiVersion::V1Beta1) => {
+                InteractiveMode::IfAvailable
+            }
             (None, ApiVersion::V1) => {
-                return Err(problem(format!(
+                return Err(problem(&format!(
                     "the exec section has no interactiveMode, which {} requires \
                      (Never, IfAvailable or Always)",
-                    ApiVersion::V1
+                    ApiVersion::V1.as_str()
                 )));
             }
         };
-        let mut source = ExecSource::new(command)
-            .args(exec.args.iter().flatten())
-            .api_version(api_version)
-            .interactive_mode(interactive_mode);
-        for entry in exec.env.iter().flatten() {
+        let env = exec.env.iter().flatten().map(|entry| {
             let Some(name) = entry.get("name").filter(|n| !n.is_empty()) else {
-                return Err(problem("an env entry has no name".into()));
+                return Err(problem("an env entry has no name"));
             };
             let value = entry.get("value").map(String::as_str).unwrap_or_default();
-            source = source.env(name, value);
-        }
-        for name in exec.drop_env.iter().flatten() {
-            source = source.drop_env(name);
-        }
-        if let Some(hint) = exec.install_hint.as_deref().filter(|h| !h.is_empty()) {
-            source = source.install_hint(hint);
-        }
-        if exec.provide_cluster_info {
-            let Some(cluster) = &exec.cluster else {
+            Ok((name.into(), value.into()))
+        });
+        let env: Vec<_> = env.collect::<Result<_, _>>()?;
+        let cluster = match (exec.provide_cluster_info, &exec.cluster) {
+            (false, _) => None,
+            (true, Some(cluster)) => Some(ClusterInfo::from(cluster)),
+            (true, None) => {
                 return Err(problem(
                     "provideClusterInfo is set but the config holds no cluster info \
-                     (build the config with kube's kubeconfig loader)"
-                        .into(),
+                     (build the config with kube's kubeconfig loader)",
                 ));
-            };
-            source = source.cluster(ClusterInfo::from(cluster));
-        }
-        Ok(source)
+            }
+        };
+        Ok(ExecSource {
+            args: exec.args.iter().flatten().map(Into::into).collect(),
+            env,
+            drop_env: exec.drop_env.iter().flatten().map(Into::into).collect(),
+            api_version,
+            interactive,
+            install_hint: (exec.install_hint.as_deref())
+                .filter(|h| !h.is_empty())
+                .map(redact::strip_escapes),
+            cluster,
+            ..ExecSource::new(command)
+        })
     }
 }
 

@@ -16,64 +16,53 @@ const MIN_SECRET: usize = 16;
 
 const REDACTED: &str = "[redacted]";
 
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~' | '+' | '/' | '=')
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b)
 }
 
 /// `text` with every run of token characters that looks like a secret replaced.
 pub(crate) fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut run = String::new();
-    let flush = |run: &mut String, out: &mut String| {
-        if looks_secret(run) {
-            out.push_str(REDACTED);
-        } else {
-            out.push_str(run);
-        }
-        run.clear();
-    };
-    for c in text.chars() {
-        if is_token_char(c) {
-            run.push(c);
-        } else {
-            flush(&mut run, &mut out);
-            out.push(c);
-        }
-    }
-    flush(&mut run, &mut out);
-    out
+    // Token characters are ASCII: every run of them, and every run of the others, is a
+    // run of whole characters.
+    let runs = text
+        .as_bytes()
+        .chunk_by(|a, b| is_token_byte(*a) == is_token_byte(*b));
+    runs.map(|run| match std::str::from_utf8(run) {
+        Ok(run) if !looks_secret(run) => run,
+        _ => REDACTED,
+    })
+    .collect()
 }
 
 fn looks_secret(run: &str) -> bool {
     if run.len() < MIN_SECRET || is_api_version(run) {
         return false;
     }
-    let has = |f: fn(&char) -> bool| run.chars().any(|c| f(&c));
-    has(char::is_ascii_digit) || (has(char::is_ascii_uppercase) && has(char::is_ascii_lowercase))
+    let has = |f: fn(&u8) -> bool| run.bytes().any(|b| f(&b));
+    has(u8::is_ascii_digit) || (has(u8::is_ascii_uppercase) && has(u8::is_ascii_lowercase))
 }
 
 /// `group/vN`, `group/vNalphaM`, `group/vNbetaM` in lowercase
 /// (`client.authentication.k8s.io/v1beta1`): what plugins complain about, never a secret.
-pub(super) fn is_api_version(s: &str) -> bool {
-    let Some((group, version)) = s.rsplit_once('/') else {
+fn is_api_version(s: &str) -> bool {
+    let Some((group, version)) = s.rsplit_once("/v") else {
         return false;
     };
-    let group_ok = group
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
-    let Some(rest) = version.strip_prefix('v') else {
-        return false;
-    };
-    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
-    let (major, pre) = match rest.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (major, pre) = version.split_at(
+        version
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(version.len()),
+    );
     let pre_ok = pre.is_empty()
         || ["alpha", "beta"]
             .iter()
             .any(|p| pre.strip_prefix(p).is_some_and(digits));
-    group_ok && digits(major) && pre_ok
+    group
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-'))
+        && digits(major)
+        && pre_ok
 }
 
 /// The last [`STDERR_TAIL`] bytes of a stream, kept while it is read.
@@ -98,18 +87,12 @@ impl Tail {
     /// cut is dropped too, so that the end of a token cut in two never shows.
     pub(super) fn into_message(self) -> String {
         let text = String::from_utf8_lossy(&self.bytes);
-        let mut text: &str = &text;
-        if self.cut {
-            text = text
-                .find(|c: char| !is_token_char(c))
-                .map_or("", |i| &text[i..]);
+        let clean = |text: &str| redact(strip_escapes(text).trim());
+        if !self.cut {
+            return clean(&text);
         }
-        let clean = redact(strip_escapes(text).trim());
-        if self.cut {
-            format!("…{clean}")
-        } else {
-            clean
-        }
+        let start = text.bytes().position(|b| !is_token_byte(b));
+        format!("…{}", clean(&text[start.unwrap_or(text.len())..]))
     }
 }
 
@@ -123,11 +106,7 @@ pub(super) fn strip_escapes(text: &str) -> String {
             '\x1b' => {
                 // CSI: ESC [ parameters... final byte in '@'..='~'; else ESC and one char.
                 if chars.next() == Some('[') {
-                    for c in chars.by_ref() {
-                        if ('@'..='~').contains(&c) {
-                            break;
-                        }
-                    }
+                    chars.find(|c| ('@'..='~').contains(c));
                 }
             }
             '\n' => out.push('\n'),

@@ -18,80 +18,65 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use zeroize::Zeroizing;
 
-use super::ExecError;
 use super::redact::Tail;
+use super::{ExecError, ExecSource, credential};
 
-/// Whether the plugin gets the terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Terminal {
-    /// Standard input and standard error are the process's own: the plugin may prompt.
-    Shared,
-    /// Standard input is empty and standard error is captured for the error message.
-    Detached,
-}
-
-/// What a run that exited left behind.
-pub(super) struct Exited {
-    pub(super) status: ExitStatus,
-    /// Holds the token or the key: wiped when dropped.
-    pub(super) stdout: Zeroizing<Vec<u8>>,
-    /// The redacted tail of stderr; `None` when it went to the terminal.
-    pub(super) stderr: Option<String>,
-}
-
-/// Runs `cmd` (its name `command` for errors), refusing more than `max_output` bytes of
-/// standard output.
+/// Runs `plugin`, sharing the terminal when `shared`, refusing more than its `max_output`
+/// bytes of standard output: that output, once the plugin exited successfully.
 pub(super) async fn run(
-    mut cmd: Command,
-    command: &str,
-    terminal: Terminal,
-    max_output: usize,
-) -> Result<Exited, ExecError> {
-    let io_error = |source: io::Error| ExecError::Io {
-        command: command.to_owned(),
+    plugin: &ExecSource,
+    shared: bool,
+) -> Result<Zeroizing<Vec<u8>>, ExecError> {
+    let command = plugin.name();
+    let io_error = |source| ExecError::Io {
+        command: command.clone(),
         source,
     };
+    let mut cmd = Command::new(&plugin.command);
+    cmd.args(&plugin.args)
+        .envs(plugin.env.iter().map(|(k, v)| (k, v)));
+    for name in &plugin.drop_env {
+        cmd.env_remove(name);
+    }
+    let info = credential::exec_info(plugin.api_version, shared, plugin.cluster.as_ref());
+    cmd.env("KUBERNETES_EXEC_INFO", info);
     cmd.stdout(Stdio::piped()).kill_on_drop(true);
-    match terminal {
-        Terminal::Shared => cmd.stdin(Stdio::inherit()).stderr(Stdio::inherit()),
-        Terminal::Detached => cmd.stdin(Stdio::null()).stderr(Stdio::piped()),
-    };
-    #[cfg(unix)]
-    if terminal == Terminal::Detached {
+    if shared {
+        cmd.stdin(Stdio::inherit()).stderr(Stdio::inherit());
+    } else {
+        cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+        #[cfg(unix)]
         cmd.process_group(0);
     }
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         io::ErrorKind::NotFound => ExecError::NotFound {
-            command: command.to_owned(),
-            install_hint: None,
+            command: command.clone(),
+            install_hint: plugin.install_hint.clone(),
         },
         _ => ExecError::Start {
-            command: command.to_owned(),
+            command: command.clone(),
             source,
         },
     })?;
     // The group's id is the child's pid (`process_group(0)`).
     #[cfg(unix)]
-    let mut group = Group(match terminal {
-        Terminal::Detached => child.id(),
-        Terminal::Shared => None,
-    });
+    let mut group = Group(child.id().filter(|_| !shared));
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take();
     let read_stdout = async {
-        read_capped(stdout, max_output)
+        read_capped(stdout, plugin.max_output)
             .await
             .map_err(io_error)?
             .ok_or_else(|| ExecError::OutputTooLarge {
-                command: command.to_owned(),
-                max: max_output,
+                command: command.clone(),
+                max: plugin.max_output,
             })
     };
     let read_stderr = async {
-        match stderr {
-            Some(stderr) => read_tail(stderr).await.map(Some).map_err(io_error),
-            None => Ok(None),
-        }
+        let Some(stderr) = stderr else {
+            return Ok(None);
+        };
+        read_tail(stderr).await.map(Some).map_err(io_error)
     };
     // An oversize output ends the run at once: the child is dropped, and killed, here.
     let (stdout, stderr) = tokio::try_join!(read_stdout, read_stderr)?;
@@ -102,11 +87,26 @@ pub(super) async fn run(
     {
         group.0 = None;
     }
-    Ok(Exited {
-        status,
-        stdout,
-        stderr: stderr.map(Tail::into_message),
-    })
+    if !status.success() {
+        return Err(ExecError::Exit {
+            command,
+            status: describe_status(status),
+            stderr: stderr.map(Tail::into_message),
+        });
+    }
+    Ok(stdout)
+}
+
+/// `exited with status 1`, `was killed by signal 9`.
+fn describe_status(status: ExitStatus) -> String {
+    #[cfg(unix)]
+    if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+        return format!("was killed by signal {signal}");
+    }
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => format!("ended abnormally ({status})"),
+    }
 }
 
 /// A plugin's process group, killed when dropped unless the run finished.
@@ -116,14 +116,12 @@ struct Group(Option<u32>);
 #[cfg(unix)]
 impl Drop for Group {
     fn drop(&mut self) {
-        let Some(pgid) = self.0.and_then(|id| i32::try_from(id).ok()) else {
-            return;
-        };
-        let Some(pgid) = rustix::process::Pid::from_raw(pgid) else {
-            return;
-        };
-        // ESRCH: the group is gone already.
-        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        use rustix::process::{Pid, Signal, kill_process_group};
+        let pid = self.0.and_then(|id| Pid::from_raw(i32::try_from(id).ok()?));
+        if let Some(pgid) = pid {
+            // ESRCH: the group is gone already.
+            let _ = kill_process_group(pgid, Signal::KILL);
+        }
     }
 }
 
@@ -133,24 +131,21 @@ async fn read_capped(
     mut r: impl AsyncRead + Unpin,
     max: usize,
 ) -> io::Result<Option<Zeroizing<Vec<u8>>>> {
-    let mut bytes = Zeroizing::new(Vec::new());
-    let mut chunk = Zeroizing::new([0_u8; 8192]);
+    let mut bytes = Zeroizing::new(Vec::with_capacity(8192));
     loop {
-        let n = r.read(&mut chunk[..]).await?;
-        if n == 0 {
-            return Ok(Some(bytes));
-        }
-        let len = bytes.len() + n;
-        if len > max {
-            return Ok(None);
-        }
-        // Grown by hand: a `Vec`'s own growth frees the old buffer without wiping it.
-        if len > bytes.capacity() {
-            let mut grown = Zeroizing::new(Vec::with_capacity(len.max(bytes.capacity() * 2)));
+        // Grown by hand before a read fills it: a `Vec`'s own growth frees the old buffer
+        // without wiping it. The read goes straight into the spare room, with no copy.
+        if bytes.len() == bytes.capacity() {
+            let mut grown = Zeroizing::new(Vec::with_capacity(bytes.capacity() * 2));
             grown.extend_from_slice(&bytes);
             bytes = grown;
         }
-        bytes.extend_from_slice(&chunk[..n]);
+        if r.read_buf(&mut *bytes).await? == 0 {
+            return Ok(Some(bytes));
+        }
+        if bytes.len() > max {
+            return Ok(None);
+        }
     }
 }
 

@@ -5,9 +5,9 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{TokenRequestError, wire};
+use super::TokenRequestError;
 
 /// The API's least `expirationSeconds`.
 const MIN_EXPIRATION: Duration = Duration::from_secs(600);
@@ -18,34 +18,18 @@ const MAX_EXPIRATION: Duration = Duration::from_secs(1 << 32);
 /// The API's default `expirationSeconds`, used when the source is given none.
 pub(super) const DEFAULT_EXPIRATION: Duration = Duration::from_secs(3600);
 
-/// The object a token is bound to (`spec.boundObjectRef`): the token is valid only while
-/// that object exists (and has that uid, when given).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct BoundObject {
-    /// `Pod`, `Secret` or `Node`.
-    pub(super) kind: &'static str,
-    pub(super) name: String,
-    pub(super) uid: Option<String>,
-}
-
-impl BoundObject {
-    pub(super) fn to_json(&self) -> Value {
-        let mut reference = json!({"apiVersion": "v1", "kind": self.kind, "name": self.name});
-        if let Some(uid) = &self.uid {
-            reference["uid"] = json!(uid);
-        }
-        reference
-    }
-}
-
 /// What to ask for, as the user gave it.
 #[derive(Debug, Clone)]
 pub(super) struct Spec {
     pub(super) namespace: String,
     pub(super) name: String,
+    /// Sorted, without repeats.
     pub(super) audiences: Vec<String>,
     pub(super) expiration: Duration,
-    pub(super) bound: Option<BoundObject>,
+    /// The object a token is bound to (`spec.boundObjectRef`), by kind (`Pod`, `Secret`
+    /// or `Node`) and name: the token is valid only while that object exists (and has
+    /// the uid, when given).
+    pub(super) bound: Option<(&'static str, String)>,
     /// The uid of the bound object, given apart from it.
     pub(super) bound_uid: Option<String>,
 }
@@ -65,34 +49,33 @@ pub(super) struct Checked {
 impl Spec {
     /// Checks the request against the API's rules (see the tests for each).
     pub(super) fn check(&self) -> Result<Checked, TokenRequestError> {
-        let mut audiences = self.audiences.clone();
-        audiences.sort();
-        audiences.dedup();
-        let invalid_name = |what, value: &str, problem| TokenRequestError::InvalidName {
-            what,
-            value: value.to_owned(),
-            problem,
-        };
-        if let Err(problem) = dns_label(&self.namespace) {
-            return Err(invalid_name("namespace", &self.namespace, problem));
-        }
-        if let Err(problem) = dns_subdomain(&self.name) {
-            return Err(invalid_name("service account", &self.name, problem));
-        }
-        if let Some(bound) = &self.bound
-            && let Err(problem) = dns_subdomain(&bound.name)
-        {
-            return Err(invalid_name("bound object", &bound.name, problem));
+        let names = [
+            ("namespace", &self.namespace, false),
+            ("service account", &self.name, true),
+        ];
+        let bound = self
+            .bound
+            .as_ref()
+            .map(|(_, name)| ("bound object", name, true));
+        for (what, value, subdomain) in names.into_iter().chain(bound) {
+            dns_name(value, subdomain).map_err(|problem| TokenRequestError::InvalidName {
+                what,
+                value: value.clone(),
+                problem,
+            })?;
         }
         let bound = match (&self.bound, &self.bound_uid) {
             (None, Some(_)) => return Err(TokenRequestError::UidWithoutObject),
-            (Some(object), uid) => Some(BoundObject {
-                uid: uid.clone(),
-                ..object.clone()
-            }),
             (None, None) => None,
+            (Some((kind, name)), uid) => {
+                let mut reference = json!({"apiVersion": "v1", "kind": kind, "name": name});
+                if let Some(uid) = uid {
+                    reference["uid"] = json!(uid);
+                }
+                Some(reference)
+            }
         };
-        if audiences.iter().any(String::is_empty) {
+        if self.audiences.iter().any(String::is_empty) {
             return Err(TokenRequestError::EmptyAudience);
         }
         let seconds = self.expiration.as_secs();
@@ -102,55 +85,60 @@ impl Spec {
         if self.expiration > MAX_EXPIRATION {
             return Err(TokenRequestError::ExpirationTooLong { seconds });
         }
-        let expiration = Duration::from_secs(seconds);
-        let key = serde_json::to_string(&json!([
-            self.namespace,
-            self.name,
-            audiences,
-            seconds,
-            bound.as_ref().map(BoundObject::to_json),
-        ]))
-        .expect("a JSON value serializes");
+        let mut spec = json!({ "expirationSeconds": seconds });
+        if !self.audiences.is_empty() {
+            spec["audiences"] = json!(self.audiences);
+        }
+        if let Some(bound) = bound {
+            spec["boundObjectRef"] = bound;
+        }
         let mut hasher = DefaultHasher::new();
-        key.hash(&mut hasher);
+        json!([self.namespace, self.name, spec])
+            .to_string()
+            .hash(&mut hasher);
+        let request = json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "metadata": {},
+            "spec": spec,
+        });
         Ok(Checked {
             path: format!("/api/v1/namespaces/{}/serviceaccounts", self.namespace),
-            body: wire::request_body(&audiences, expiration, bound.as_ref()),
-            expiration,
+            body: request.to_string().into_bytes(),
+            expiration: Duration::from_secs(seconds),
             seed: hasher.finish(),
         })
     }
 }
 
-/// A DNS-1123 label, the rule for namespaces.
-fn dns_label(name: &str) -> Result<(), &'static str> {
+/// A DNS-1123 subdomain, the rule for service account and most object names; or, not
+/// `subdomain`, a DNS-1123 label, the rule for namespaces: one part, of at most 63.
+fn dns_name(name: &str, subdomain: bool) -> Result<(), &'static str> {
+    let [long, chars, ends] = if subdomain {
+        [
+            "longer than 253 characters",
+            "only lowercase letters, digits, '-' and '.' are allowed",
+            "each part must start and end with a letter or digit",
+        ]
+    } else {
+        [
+            "longer than 63 characters",
+            "only lowercase letters, digits and '-' are allowed",
+            "must start and end with a letter or digit",
+        ]
+    };
     if name.is_empty() {
         return Err("empty");
     }
-    if name.len() > 63 {
-        return Err("longer than 63 characters");
+    if name.len() > if subdomain { 253 } else { 63 } {
+        return Err(long);
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Err("only lowercase letters, digits and '-' are allowed");
-    }
-    if name.starts_with('-') || name.ends_with('-') {
-        return Err("must start and end with a letter or digit");
-    }
-    Ok(())
-}
-
-/// A DNS-1123 subdomain, the rule for service account and most object names.
-fn dns_subdomain(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("empty");
-    }
-    if name.len() > 253 {
-        return Err("longer than 253 characters");
-    }
-    for part in name.split('.') {
+    let parts = if subdomain {
+        name.split('.').collect()
+    } else {
+        vec![name]
+    };
+    for part in parts {
         if part.is_empty() {
             return Err("has an empty part between dots");
         }
@@ -158,10 +146,10 @@ fn dns_subdomain(name: &str) -> Result<(), &'static str> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
-            return Err("only lowercase letters, digits, '-' and '.' are allowed");
+            return Err(chars);
         }
         if part.starts_with('-') || part.ends_with('-') {
-            return Err("each part must start and end with a letter or digit");
+            return Err(ends);
         }
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! The TokenRequest on the wire (`authentication.k8s.io/v1`), written and read as JSON.
+//! The API server's answer to a TokenRequest (`authentication.k8s.io/v1`), read as JSON
+//! (the request is written as JSON too, in `spec`).
 //!
 //! Not through k8s-openapi's types: their shape changes with the Kubernetes version a
 //! build enables (`spec`, `status.token` and `status.expirationTimestamp` became `Option`s
@@ -7,32 +8,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use zeroize::Zeroizing;
-
-use super::BoundObject;
-
-/// The body of the request.
-pub(super) fn request_body(
-    audiences: &[String],
-    expiration: Duration,
-    bound: Option<&BoundObject>,
-) -> Vec<u8> {
-    let mut spec = json!({ "expirationSeconds": expiration.as_secs() });
-    if !audiences.is_empty() {
-        spec["audiences"] = json!(audiences);
-    }
-    if let Some(bound) = bound {
-        spec["boundObjectRef"] = bound.to_json();
-    }
-    let request = json!({
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "metadata": {},
-        "spec": spec,
-    });
-    serde_json::to_vec(&request).expect("a JSON value serializes")
-}
 
 /// What the API server issued.
 pub(super) struct Issued {
