@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use rustls::pki_types::PrivateKeyDer;
-use x509_parser::asn1_rs::{Any, Class, FromDer, Oid, Tag};
+use x509_parser::asn1_rs::{Any, Class, DerParser, FromDer, Oid, SequenceIterator, Tag};
 
 /// The type of `key` as an error names it: its algorithm, and its curve or size (`RSA
 /// 4096`, `ECDSA P-256`, `Ed25519`, `ML-DSA-65`, or the OID of one not named here). The
@@ -111,17 +111,9 @@ fn sequence(der: &[u8]) -> Option<Vec<Any<'_>>> {
 
 /// The elements of `any`, when it is a `SEQUENCE`.
 fn sequence_of<'a>(any: &Any<'a>) -> Option<Vec<Any<'a>>> {
-    if any.header.tag() != Tag::Sequence {
-        return None;
-    }
-    let mut rest = any.data;
-    let mut elements = Vec::new();
-    while !rest.is_empty() {
-        let (after, element) = Any::from_der(rest).ok()?;
-        elements.push(element);
-        rest = after;
-    }
-    Some(elements)
+    any.header.assert_tag(Tag::Sequence).ok()?;
+    let elements = SequenceIterator::<Any<'a>, DerParser>::new(any.data);
+    elements.collect::<Result<_, _>>().ok()
 }
 
 /// The dotted form of an `OBJECT IDENTIFIER`.
@@ -131,15 +123,10 @@ fn oid(any: &Any<'_>) -> Option<String> {
 
 /// The size in bits of a positive `INTEGER`'s content (big-endian, maybe a leading zero).
 fn bits(integer: &[u8]) -> usize {
-    let start = integer
-        .iter()
-        .position(|&b| b != 0)
-        .unwrap_or(integer.len());
-    match integer.get(start..) {
-        Some([first, rest @ ..]) => {
-            rest.len().saturating_mul(8) + (8 - first.leading_zeros() as usize)
-        }
-        _ => 0,
+    let zeros = integer.iter().take_while(|&&b| b == 0).count();
+    match &integer[zeros..] {
+        [first, rest @ ..] => rest.len().saturating_mul(8) + (8 - first.leading_zeros() as usize),
+        [] => 0,
     }
 }
 
