@@ -2,6 +2,7 @@
 //! resolver that always answers with the current one.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -161,10 +162,7 @@ impl IdentityStore {
     /// the pair again. One file that holds both (the kubelet's
     /// `kubelet-client-current.pem`) is a [`FileSource`](crate::source::FileSource) for
     /// [`builder`](Self::builder).
-    pub fn files(
-        cert: impl Into<std::path::PathBuf>,
-        key: impl Into<std::path::PathBuf>,
-    ) -> StoreBuilder<IdentityStore> {
+    pub fn files(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> StoreBuilder<Self> {
         Self::builder(PemFiles::new(cert, key))
     }
 
@@ -216,21 +214,18 @@ impl IdentityStore {
     /// uses this resolver (`config.resumption = rustls::client::Resumption::disabled()`),
     /// as [`RootStore::client_config`](super::RootStore::client_config) does.
     pub fn resolver(&self) -> Arc<dyn ResolvesClientCert> {
-        Arc::new(Resolver(self.clone()))
+        Arc::new(self.store.clone())
     }
 }
 
 /// Answers with the current identity.
-#[derive(Debug)]
-struct Resolver(IdentityStore);
-
-impl ResolvesClientCert for Resolver {
+impl ResolvesClientCert for Store<Pem<Identity>> {
     fn resolve(
         &self,
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.store.current().value.key.clone())
+        Some(self.current().value.key.clone())
     }
 
     fn has_certs(&self) -> bool {

@@ -79,10 +79,8 @@ fn sec1(der: &[u8]) -> Option<String> {
     let key = sequence(der)?;
     let parameters = key
         .iter()
-        .find(|e| e.header.class() == Class::ContextSpecific && e.header.tag() == Tag(0))
-        .and_then(|e| Any::from_der(e.data).ok())
-        .and_then(|(_, curve)| oid(&curve));
-    if let Some(curve) = parameters {
+        .find(|e| e.header.class() == Class::ContextSpecific && e.header.tag() == Tag(0));
+    if let Some(curve) = parameters.and_then(|e| oid(&Any::from_der(e.data).ok()?.1)) {
         return Some(named_curve(&curve));
     }
     let private_key = key.get(1).filter(|k| k.header.tag() == Tag::OctetString)?;
@@ -105,8 +103,7 @@ fn named_curve(oid: &str) -> String {
 
 /// The elements of the DER `SEQUENCE` that `der` starts with.
 fn sequence(der: &[u8]) -> Option<Vec<Any<'_>>> {
-    let (_, any) = Any::from_der(der).ok()?;
-    sequence_of(&any)
+    sequence_of(&Any::from_der(der).ok()?.1)
 }
 
 /// The elements of `any`, when it is a `SEQUENCE`.

@@ -30,10 +30,9 @@ pub(crate) struct Roots {
 
 impl fmt::Display for Roots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CA bundle of {}", self.certificates.len())?;
         match self.certificates.as_slice() {
-            [one] => write!(f, " certificate: {one}"),
-            _ => write!(f, " certificates"),
+            [one] => write!(f, "CA bundle of 1 certificate: {one}"),
+            all => write!(f, "CA bundle of {} certificates", all.len()),
         }
     }
 }
@@ -203,7 +202,7 @@ impl RootStore {
     /// A rustls server-certificate verifier that checks each handshake against the
     /// current bundle (rustls's `WebPkiServerVerifier`, one per bundle).
     pub fn verifier(&self) -> Arc<dyn ServerCertVerifier> {
-        Arc::new(Verifier(self.clone()))
+        Arc::new(self.store.clone())
     }
 
     /// A rustls `ClientConfig` that verifies servers with this store's current bundle,
@@ -231,12 +230,8 @@ impl RootStore {
     /// # Ok(()) }
     /// ```
     pub fn client_config(&self) -> ClientConfig {
-        let mut config = self
-            .store
-            .current()
-            .value
-            .config
-            .clone()
+        let builder = self.store.current().value.config.clone();
+        let mut config = builder
             .dangerous()
             .with_custom_certificate_verifier(self.verifier())
             .with_no_client_auth();
@@ -245,17 +240,15 @@ impl RootStore {
     }
 }
 
-/// Verifies with the current bundle's verifier.
-#[derive(Debug)]
-struct Verifier(RootStore);
-
-impl Verifier {
-    fn current(&self) -> Arc<WebPkiServerVerifier> {
-        self.0.store.current().value.verifier.clone()
+impl Store<Pem<Roots>> {
+    /// The current bundle's verifier.
+    fn webpki(&self) -> Arc<WebPkiServerVerifier> {
+        self.current().value.verifier.clone()
     }
 }
 
-impl ServerCertVerifier for Verifier {
+/// Verifies with the current bundle's verifier.
+impl ServerCertVerifier for Store<Pem<Roots>> {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -264,13 +257,8 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        self.current().verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        )
+        self.webpki()
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(
@@ -279,7 +267,7 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.current().verify_tls12_signature(message, cert, dss)
+        self.webpki().verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -288,11 +276,11 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.current().verify_tls13_signature(message, cert, dss)
+        self.webpki().verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current().supported_verify_schemes()
+        self.webpki().supported_verify_schemes()
     }
 }
 

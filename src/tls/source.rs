@@ -53,35 +53,31 @@ impl PemFiles {
 struct PartError {
     part: &'static str,
     path: PathBuf,
-    #[source]
     source: BoxError,
-}
-
-impl<S: TokenSource> PemFiles<S> {
-    /// Reads the file at `part` ([`CERT`] or [`KEY`]).
-    async fn read(&self, part: usize, cx: FetchContext) -> Result<Fetched, PartError> {
-        self.sources[part].fetch(cx).await.map_err(|e| PartError {
-            part: ["certificate", "key"][part],
-            path: self.paths[part].clone(),
-            source: e.into(),
-        })
-    }
 }
 
 impl<S: TokenSource> TokenSource for PemFiles<S> {
     type Error = BoxError;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        let mut cert = self.read(CERT, cx).await?;
+        // One of the two files ([`CERT`] or [`KEY`]), named when it cannot be read.
+        let read = |part: usize| async move {
+            self.sources[part].fetch(cx).await.map_err(|e| PartError {
+                part: ["certificate", "key"][part],
+                path: self.paths[part].clone(),
+                source: e.into(),
+            })
+        };
+        let mut cert = read(CERT).await?;
         for _ in 0..SWAPS_WAITED {
-            let key = self.read(KEY, cx).await?;
-            let again = self.read(CERT, cx).await?;
+            let key = read(KEY).await?;
+            let again = read(CERT).await?;
             if again.bytes() == cert.bytes() {
                 return Ok(join(&cert, &key));
             }
             cert = again;
         }
-        Ok(join(&cert, &self.read(KEY, cx).await?))
+        Ok(join(&cert, &read(KEY).await?))
     }
 
     fn describe(&self) -> String {
@@ -192,12 +188,10 @@ impl<T: Parse> Credential for Pem<T> {
     }
 
     fn fingerprint(&self) -> String {
+        let [a, b, c, d, ..] = self.digest;
         match self.value.certificate() {
             Some(certificate) => certificate.fingerprint.clone(),
-            None => self.digest[..4]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
+            None => format!("{a:02x}{b:02x}{c:02x}{d:02x}"),
         }
     }
 
@@ -260,19 +254,18 @@ impl PemParser {
     fn warn_skipped<T>(&self, origin: &str, pem: &Pem<T>) {
         let key = (pem.digest, pem.skipped.iter().map(|s| s.position).collect());
         let mut warned = lock(&self.warned);
-        if *warned == key {
-            return;
+        if *warned != key {
+            for skipped in &pem.skipped {
+                tracing::warn!(
+                    source = %origin,
+                    position = skipped.position,
+                    subject = skipped.subject.as_deref().unwrap_or("(does not parse)"),
+                    error = %skipped.error,
+                    "a certificate of the CA bundle cannot be used: skipped, the others are trusted"
+                );
+            }
+            *warned = key;
         }
-        for skipped in &pem.skipped {
-            tracing::warn!(
-                source = %origin,
-                position = skipped.position,
-                subject = skipped.subject.as_deref().unwrap_or("(does not parse)"),
-                error = %skipped.error,
-                "a certificate of the CA bundle cannot be used: skipped, the others are trusted"
-            );
-        }
-        *warned = key;
     }
 }
 

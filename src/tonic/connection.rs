@@ -1,7 +1,6 @@
 //! [`Connection`]: one generation's HTTP/2 connection to the origin, dialled when a call
 //! first needs it (and again once it has closed), one dial at a time.
 
-use std::error::Error as StdError;
 use std::future::poll_fn;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -12,10 +11,9 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
+use crate::source::BoxError;
 use crate::sync::lock;
 use crate::tls::stores::Generations;
-
-type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// Spawns hyper's tasks (the connection's, and two for each call) on tokio, boxed: tokio
 /// moves a future several times on its way into its task, and a call's are large.
@@ -39,34 +37,6 @@ pub(crate) struct Dial {
     pub(crate) connector: HttpsConnector<HttpConnector>,
     pub(crate) http2: Builder<Spawn>,
     pub(crate) origin: Uri,
-}
-
-impl Dial {
-    /// A new connection, its task spawned: it ends once every sender of it is dropped and
-    /// its streams are done, or the connection fails.
-    async fn dial<B>(&self) -> io::Result<SendRequest<B>>
-    where
-        B: http_body::Body + Send + Unpin + 'static,
-        B::Data: Send,
-        B::Error: Into<BoxError>,
-    {
-        let mut connector = self.connector.clone();
-        let (sender, connection) = async {
-            poll_fn(|cx| connector.poll_ready(cx)).await?;
-            let io = connector.call(self.origin.clone()).await?;
-            // Boxed: hyper spawns a task per call whose future is an enum that can also be
-            // the connection's, and a TLS stream held inline would make each as large.
-            Ok::<_, BoxError>(self.http2.handshake(Box::new(io)).await?)
-        }
-        .await
-        .map_err(io::Error::other)?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "gRPC connection ended");
-            }
-        });
-        Ok(sender)
-    }
 }
 
 /// One generation's connection: a call that starts while the credentials are of
@@ -115,15 +85,29 @@ where
     pub(crate) async fn sender(&self, dial: &Dial) -> Outcome<B> {
         let seen = lock(&self.last).0;
         let _dialling = self.dialling.lock().await;
-        if let Some(sender) = self.open() {
-            return Ok(sender);
+        match &*lock(&self.last) {
+            (_, Some(Ok(sender))) if !sender.is_closed() => return Ok(sender.clone()),
+            (dials, Some(Err(failed))) if *dials > seen => return Err(failed.clone()),
+            _ => {}
         }
-        if let (dials, Some(Err(failed))) = &*lock(&self.last)
-            && *dials > seen
-        {
-            return Err(failed.clone());
+        // A new connection, its task spawned: it ends once every sender of it is dropped
+        // and its streams are done, or the connection fails.
+        let outcome = async {
+            let mut connector = dial.connector.clone();
+            poll_fn(|cx| connector.poll_ready(cx)).await?;
+            let io = connector.call(dial.origin.clone()).await?;
+            // Boxed: hyper spawns a task per call whose future is an enum that can also be
+            // the connection's, and a TLS stream held inline would make each as large.
+            let (sender, connection) = dial.http2.handshake(Box::new(io)).await?;
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "gRPC connection ended");
+                }
+            });
+            Ok::<_, BoxError>(sender)
         }
-        let outcome = dial.dial().await.map_err(Arc::new);
+        .await
+        .map_err(|e| Arc::new(io::Error::other(e)));
         let mut last = lock(&self.last);
         *last = (last.0 + 1, Some(outcome.clone()));
         outcome
