@@ -58,13 +58,12 @@ pub(crate) fn https_connector(
     http.set_connect_timeout(connect_timeout);
     // A credential never goes out in plain text: an `http` URI is refused (and
     // `Tagging` above says so by name first).
-    let tls = HttpsConnectorBuilder::new()
+    let mut tls = HttpsConnectorBuilder::new()
         .with_tls_config(stores.client_config())
         .https_only();
-    let tls = match server_name {
-        Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(name)),
-        None => tls,
-    };
+    if let Some(name) = server_name {
+        tls = tls.with_server_name_resolver(FixedServerNameResolver::new(name));
+    }
     let tls = match serves {
         Serves::Any => tls.enable_all_versions(),
         Serves::Http2 => tls.enable_http2(),

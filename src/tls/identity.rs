@@ -2,40 +2,34 @@
 //! resolver that always answers with the current one.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use rustls::client::ResolvesClientCert;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::{Error as TlsError, InconsistentKeys, SignatureScheme};
 use tokio::sync::watch;
 
 use super::key_type::{key_type, remedy};
-use super::source::{Parse, Parsed, Pem, PemFiles, PemParser, digest};
+use super::source::{Parse, Pem, PemFiles, PemParser, digest};
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
-use crate::source::ExecSource;
-use crate::source::TokenSource;
-use crate::store::{Kind, LoadError, Status, Store};
+use crate::source::{ExecSource, TokenSource};
+use crate::store::{Kind, LoadError, Stamp, Status, Store};
 
 /// A parsed client identity: the chain and key rustls signs with, and the certificates'
-/// facts.
-#[derive(Clone)]
+/// facts (the leaf's first).
 pub(crate) struct Identity {
     key: Arc<CertifiedKey>,
     chain: Vec<Certificate>,
 }
 
-impl Identity {
-    fn leaf(&self) -> &Certificate {
-        &self.chain[0]
-    }
-}
-
 impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "client certificate {}", self.leaf())
+        write!(f, "client certificate {}", self.chain[0])
     }
 }
 
@@ -48,37 +42,22 @@ impl Parse for Identity {
         max_size: 1024 * 1024,
     };
 
-    fn subject(&self) -> Option<&str> {
-        Some(&self.leaf().subject)
-    }
-
-    fn fingerprint(&self, _digest: &[u8; 32]) -> String {
-        self.leaf().fingerprint.clone()
-    }
-
-    fn is_expired_at(&self, now: SystemTime) -> bool {
-        self.leaf().is_expired_at(now)
-    }
-
-    fn issued_at(&self) -> Option<SystemTime> {
-        Some(self.leaf().not_before)
+    fn certificate(&self) -> Option<&Certificate> {
+        Some(&self.chain[0])
     }
 
     /// The certificates in order (leaf first) and the first private key, from any PEM
     /// that holds both, in any order; refused when the key is not the leaf's, or the leaf
     /// has expired.
-    fn parse(pem: &[u8], now: SystemTime) -> Result<Parsed<Self>, CertificateError> {
+    fn parse(pem: &[u8], now: SystemTime) -> Result<Pem<Self>, CertificateError> {
         let chain = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
         if chain.is_empty() {
             return Err(CertificateError::NoCertificate);
         }
-        let key = match PrivateKeyDer::from_pem_slice(pem) {
-            Ok(key) => key,
-            Err(rustls::pki_types::pem::Error::NoItemsFound) => {
-                return Err(CertificateError::NoKey);
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let key = PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+            pem::Error::NoItemsFound => CertificateError::NoKey,
+            e => e.into(),
+        })?;
         // Read before the provider takes the key: a key it cannot sign with is refused
         // here, naming its type, rather than at the first handshake.
         let key_type = key_type(&key);
@@ -90,28 +69,25 @@ impl Parse for Identity {
                 provider: name,
             }
         })?;
-        let infos = chain
-            .iter()
-            .map(Certificate::from_der)
-            .collect::<Result<Vec<_>, _>>()?;
+        let facts = Result::<Vec<_>, _>::from_iter(chain.iter().map(Certificate::from_der))?;
         let digest = digest(chain.iter().map(|c| c.as_ref()));
         let key = CertifiedKey::new(chain, signer);
         match key.keys_match() {
             Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => {}
             Err(_) => return Err(CertificateError::KeyMismatch),
         }
-        let not_after = infos[0].not_after;
-        if infos[0].is_expired_at(now) {
+        if facts[0].is_expired_at(now) {
+            let not_after = facts[0].not_after;
             return Err(CertificateError::Expired { not_after });
         }
-        Ok(Parsed {
+        Ok(Pem {
             value: Identity {
                 key: Arc::new(key),
-                chain: infos,
+                chain: facts,
             },
             digest,
-            expires_at: Some(not_after),
             skipped: Vec::new(),
+            stamp: Stamp::default(),
         })
     }
 }
@@ -165,7 +141,7 @@ impl fmt::Debug for IdentityStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdentityStore")
             .field("source", &self.store.status().source)
-            .field("certificate", self.store.current().leaf())
+            .field("certificate", &self.store.current().value.chain[0])
             .finish_non_exhaustive()
     }
 }
@@ -186,10 +162,7 @@ impl IdentityStore {
     /// the pair again. One file that holds both (the kubelet's
     /// `kubelet-client-current.pem`) is a [`FileSource`](crate::source::FileSource) for
     /// [`builder`](Self::builder).
-    pub fn files(
-        cert: impl Into<std::path::PathBuf>,
-        key: impl Into<std::path::PathBuf>,
-    ) -> StoreBuilder<IdentityStore> {
+    pub fn files(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> StoreBuilder<Self> {
         Self::builder(PemFiles::new(cert, key))
     }
 
@@ -203,7 +176,7 @@ impl IdentityStore {
 
     /// The certificate presented now (the chain's first).
     pub fn certificate(&self) -> Certificate {
-        self.store.current().leaf().clone()
+        self.store.current().value.chain[0].clone()
     }
 
     /// The identity's generation: 1 for the first, one more for each new certificate.
@@ -224,7 +197,7 @@ impl IdentityStore {
     /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
     /// usable certificate and key); the last good identity stays.
     pub async fn reload(&self) -> Result<Certificate, LoadError> {
-        Ok(self.store.reload().await?.leaf().clone())
+        Ok(self.store.reload().await?.value.chain[0].clone())
     }
 
     /// A snapshot of the store's state: the certificate's subject, fingerprint and
@@ -241,21 +214,18 @@ impl IdentityStore {
     /// uses this resolver (`config.resumption = rustls::client::Resumption::disabled()`),
     /// as [`RootStore::client_config`](super::RootStore::client_config) does.
     pub fn resolver(&self) -> Arc<dyn ResolvesClientCert> {
-        Arc::new(Resolver(self.clone()))
+        Arc::new(self.store.clone())
     }
 }
 
 /// Answers with the current identity.
-#[derive(Debug)]
-struct Resolver(IdentityStore);
-
-impl ResolvesClientCert for Resolver {
+impl ResolvesClientCert for Store<Pem<Identity>> {
     fn resolve(
         &self,
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.store.current().key.clone())
+        Some(self.current().value.key.clone())
     }
 
     fn has_certs(&self) -> bool {

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use rustls::pki_types::PrivateKeyDer;
-use x509_parser::asn1_rs::{Any, Class, FromDer, Oid, Tag};
+use x509_parser::asn1_rs::{Any, Class, DerParser, FromDer, Oid, SequenceIterator, Tag};
 
 /// The type of `key` as an error names it: its algorithm, and its curve or size (`RSA
 /// 4096`, `ECDSA P-256`, `Ed25519`, `ML-DSA-65`, or the OID of one not named here). The
@@ -79,10 +79,8 @@ fn sec1(der: &[u8]) -> Option<String> {
     let key = sequence(der)?;
     let parameters = key
         .iter()
-        .find(|e| e.header.class() == Class::ContextSpecific && e.header.tag() == Tag(0))
-        .and_then(|e| Any::from_der(e.data).ok())
-        .and_then(|(_, curve)| oid(&curve));
-    if let Some(curve) = parameters {
+        .find(|e| e.header.class() == Class::ContextSpecific && e.header.tag() == Tag(0));
+    if let Some(curve) = parameters.and_then(|e| oid(&Any::from_der(e.data).ok()?.1)) {
         return Some(named_curve(&curve));
     }
     let private_key = key.get(1).filter(|k| k.header.tag() == Tag::OctetString)?;
@@ -105,23 +103,14 @@ fn named_curve(oid: &str) -> String {
 
 /// The elements of the DER `SEQUENCE` that `der` starts with.
 fn sequence(der: &[u8]) -> Option<Vec<Any<'_>>> {
-    let (_, any) = Any::from_der(der).ok()?;
-    sequence_of(&any)
+    sequence_of(&Any::from_der(der).ok()?.1)
 }
 
 /// The elements of `any`, when it is a `SEQUENCE`.
 fn sequence_of<'a>(any: &Any<'a>) -> Option<Vec<Any<'a>>> {
-    if any.header.tag() != Tag::Sequence {
-        return None;
-    }
-    let mut rest = any.data;
-    let mut elements = Vec::new();
-    while !rest.is_empty() {
-        let (after, element) = Any::from_der(rest).ok()?;
-        elements.push(element);
-        rest = after;
-    }
-    Some(elements)
+    any.header.assert_tag(Tag::Sequence).ok()?;
+    let elements = SequenceIterator::<Any<'a>, DerParser>::new(any.data);
+    elements.collect::<Result<_, _>>().ok()
 }
 
 /// The dotted form of an `OBJECT IDENTIFIER`.
@@ -131,15 +120,10 @@ fn oid(any: &Any<'_>) -> Option<String> {
 
 /// The size in bits of a positive `INTEGER`'s content (big-endian, maybe a leading zero).
 fn bits(integer: &[u8]) -> usize {
-    let start = integer
-        .iter()
-        .position(|&b| b != 0)
-        .unwrap_or(integer.len());
-    match integer.get(start..) {
-        Some([first, rest @ ..]) => {
-            rest.len().saturating_mul(8) + (8 - first.leading_zeros() as usize)
-        }
-        _ => 0,
+    let zeros = integer.iter().take_while(|&&b| b == 0).count();
+    match &integer[zeros..] {
+        [first, rest @ ..] => rest.len().saturating_mul(8) + (8 - first.leading_zeros() as usize),
+        [] => 0,
     }
 }
 

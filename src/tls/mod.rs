@@ -217,21 +217,20 @@ pub use client::HttpsClient;
 pub use error::{CertificateError, UriError};
 pub use identity::IdentityStore;
 pub use roots::RootStore;
+#[cfg(feature = "kube")]
+use std::time::SystemTime;
 
 /// Whether `pem` is a client identity the [`IdentityStore`] would install, or why not: for
 /// a source that checks what it holds before it installs it (a kubeconfig's inline
 /// certificate and key, checked with the rest of the file).
 #[cfg(feature = "kube")]
-pub(crate) fn check_identity(
-    pem: &[u8],
-    now: std::time::SystemTime,
-) -> Result<(), CertificateError> {
+pub(crate) fn check_identity(pem: &[u8], now: SystemTime) -> Result<(), CertificateError> {
     <identity::Identity as source::Parse>::parse(pem, now).map(drop)
 }
 
 /// Whether `pem` is a CA bundle the [`RootStore`] would install, or why not (see
 /// [`check_identity`]).
 #[cfg(feature = "kube")]
-pub(crate) fn check_roots(pem: &[u8], now: std::time::SystemTime) -> Result<(), CertificateError> {
+pub(crate) fn check_roots(pem: &[u8], now: SystemTime) -> Result<(), CertificateError> {
     <roots::Roots as source::Parse>::parse(pem, now).map(drop)
 }

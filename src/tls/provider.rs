@@ -35,11 +35,11 @@ fn pick(
     installed: Option<&Arc<CryptoProvider>>,
     feature: Option<Feature>,
 ) -> Result<(Arc<CryptoProvider>, &'static str), CertificateError> {
-    match (installed, feature) {
-        (Some(installed), _) => Ok((installed.clone(), INSTALLED)),
-        (None, Some((feature, name))) => Ok((Arc::new(feature()), name)),
-        (None, None) => Err(CertificateError::NoCryptoProvider),
-    }
+    let installed = installed.map(|installed| (installed.clone(), INSTALLED));
+    let feature = || feature.map(|(feature, name)| (Arc::new(feature()), name));
+    installed
+        .or_else(feature)
+        .ok_or(CertificateError::NoCryptoProvider)
 }
 
 #[cfg(test)]

@@ -14,30 +14,33 @@ use rustls::{
 };
 use tokio::sync::watch;
 
-use super::source::{Parse, Parsed, Pem, PemParser, Skipped, digest};
+use super::source::{Parse, Pem, PemParser, Skipped, digest};
 use super::{Certificate, CertificateError};
 use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
-use crate::store::{Kind, LoadError, Status, Store};
+use crate::store::{Kind, LoadError, Stamp, Status, Store};
 
 /// A parsed CA bundle: rustls's verifier over it, the authorities' facts, and the start of
 /// a client configuration on the provider they were checked with.
-#[derive(Clone)]
 pub(crate) struct Roots {
     verifier: Arc<WebPkiServerVerifier>,
     certificates: Vec<Certificate>,
-    /// Certificates of the bundle skipped as unusable.
-    skipped: u64,
     config: ConfigBuilder<ClientConfig, WantsVerifier>,
 }
 
 impl fmt::Display for Roots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CA bundle of {}", self.certificates.len())?;
         match self.certificates.as_slice() {
-            [one] => write!(f, " certificate: {one}"),
-            _ => write!(f, " certificates"),
+            [one] => write!(f, "CA bundle of 1 certificate: {one}"),
+            all => write!(f, "CA bundle of {} certificates", all.len()),
         }
+    }
+}
+
+/// `e` as the reason a certificate (or the bundle) is invalid.
+fn invalid(e: impl fmt::Display) -> CertificateError {
+    CertificateError::Invalid {
+        reason: e.to_string(),
     }
 }
 
@@ -51,16 +54,9 @@ impl Parse for Roots {
         max_size: 16 * 1024 * 1024,
     };
 
-    fn fingerprint(&self, digest: &[u8; 32]) -> String {
-        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
-    }
-
+    /// Once every authority has.
     fn is_expired_at(&self, now: SystemTime) -> bool {
         self.certificates.iter().all(|c| c.is_expired_at(now))
-    }
-
-    fn skipped(&self) -> u64 {
-        self.skipped
     }
 
     /// Every certificate of the PEM, each a trust anchor. Authorities that have expired
@@ -69,7 +65,7 @@ impl Parse for Roots {
     /// parse, or that rustls cannot use as an anchor, is skipped (as rustls's own
     /// `add_parsable_certificates` does with a system bundle), once the whole PEM has
     /// parsed: a cut-short file is refused whole, and so is a bundle with nothing usable.
-    fn parse(pem: &[u8], _now: SystemTime) -> Result<Parsed<Self>, CertificateError> {
+    fn parse(pem: &[u8], _now: SystemTime) -> Result<Pem<Self>, CertificateError> {
         let ders = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
         if ders.is_empty() {
             return Err(CertificateError::NoCertificate);
@@ -78,13 +74,10 @@ impl Parse for Roots {
         let mut roots = RootCertStore::empty();
         let (mut certificates, mut used, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
         for (i, der) in ders.into_iter().enumerate() {
-            let info = Certificate::from_der(&der);
-            let added = roots
-                .add(der.clone())
-                .map_err(|e| CertificateError::Invalid {
-                    reason: e.to_string(),
-                });
-            match (info, added) {
+            match (
+                Certificate::from_der(&der),
+                roots.add(der.clone()).map_err(invalid),
+            ) {
                 (Ok(info), Ok(())) => {
                     certificates.push(info);
                     used.push(der);
@@ -99,27 +92,21 @@ impl Parse for Roots {
         if certificates.is_empty() {
             return Err(skipped.swap_remove(0).error);
         }
-        let digest = digest(used.iter().map(|c| c.as_ref()));
         let config = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| CertificateError::Invalid {
-                reason: format!("the crypto provider: {e}"),
-            })?;
+            .map_err(|e| invalid(format_args!("the crypto provider: {e}")))?;
         let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
-            .map_err(|e| CertificateError::Invalid {
-                reason: e.to_string(),
-            })?;
-        Ok(Parsed {
+            .map_err(invalid)?;
+        Ok(Pem {
             value: Roots {
                 verifier,
                 certificates,
-                skipped: skipped.len() as u64,
                 config,
             },
-            digest,
-            expires_at: None,
+            digest: digest(used.iter().map(|c| c.as_ref())),
             skipped,
+            stamp: Stamp::default(),
         })
     }
 }
@@ -168,7 +155,7 @@ impl fmt::Debug for RootStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RootStore")
             .field("source", &self.store.status().source)
-            .field("certificates", &self.store.current().certificates)
+            .field("certificates", &self.store.current().value.certificates)
             .finish_non_exhaustive()
     }
 }
@@ -181,7 +168,7 @@ impl RootStore {
 
     /// The authorities trusted now.
     pub fn certificates(&self) -> Vec<Certificate> {
-        self.store.current().certificates.clone()
+        self.store.current().value.certificates.clone()
     }
 
     /// The bundle's generation: 1 for the first, one more for each new bundle.
@@ -202,7 +189,7 @@ impl RootStore {
     /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
     /// usable bundle); the last good bundle stays.
     pub async fn reload(&self) -> Result<Vec<Certificate>, LoadError> {
-        Ok(self.store.reload().await?.certificates.clone())
+        Ok(self.store.reload().await?.value.certificates.clone())
     }
 
     /// A snapshot of the store's state: the reads, the failures, the refusals, the
@@ -215,7 +202,7 @@ impl RootStore {
     /// A rustls server-certificate verifier that checks each handshake against the
     /// current bundle (rustls's `WebPkiServerVerifier`, one per bundle).
     pub fn verifier(&self) -> Arc<dyn ServerCertVerifier> {
-        Arc::new(Verifier(self.clone()))
+        Arc::new(self.store.clone())
     }
 
     /// A rustls `ClientConfig` that verifies servers with this store's current bundle,
@@ -243,11 +230,8 @@ impl RootStore {
     /// # Ok(()) }
     /// ```
     pub fn client_config(&self) -> ClientConfig {
-        let mut config = self
-            .store
-            .current()
-            .config
-            .clone()
+        let builder = self.store.current().value.config.clone();
+        let mut config = builder
             .dangerous()
             .with_custom_certificate_verifier(self.verifier())
             .with_no_client_auth();
@@ -256,17 +240,15 @@ impl RootStore {
     }
 }
 
-/// Verifies with the current bundle's verifier.
-#[derive(Debug)]
-struct Verifier(RootStore);
-
-impl Verifier {
-    fn current(&self) -> Arc<WebPkiServerVerifier> {
-        self.0.store.current().verifier.clone()
+impl Store<Pem<Roots>> {
+    /// The current bundle's verifier.
+    fn webpki(&self) -> Arc<WebPkiServerVerifier> {
+        self.current().value.verifier.clone()
     }
 }
 
-impl ServerCertVerifier for Verifier {
+/// Verifies with the current bundle's verifier.
+impl ServerCertVerifier for Store<Pem<Roots>> {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -275,13 +257,8 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        self.current().verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        )
+        self.webpki()
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(
@@ -290,7 +267,7 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.current().verify_tls12_signature(message, cert, dss)
+        self.webpki().verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -299,11 +276,11 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.current().verify_tls13_signature(message, cert, dss)
+        self.webpki().verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current().supported_verify_schemes()
+        self.webpki().supported_verify_schemes()
     }
 }
 

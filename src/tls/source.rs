@@ -3,17 +3,16 @@
 //! credential a client-identity or CA-bundle store holds.
 
 use std::fmt;
-use std::marker::PhantomData;
-use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use super::CertificateError;
+use super::{Certificate, CertificateError};
 use crate::source::{BoxError, FetchContext, Fetched, FileSource, TokenSource};
 use crate::store::{Credential, Kind, LoadError, Stamp};
+use crate::sync::lock;
 
 /// A client certificate (with its chain) and its private key in two PEM files (see
 /// [`IdentityStore::files`](super::IdentityStore::files)).
@@ -26,10 +25,14 @@ use crate::store::{Credential, Kind, LoadError, Stamp};
 /// swap (the key check refuses what still does not belong together).
 #[derive(Debug, Clone)]
 pub(crate) struct PemFiles<S = FileSource> {
+    /// The certificate's ([`CERT`]) and the key's ([`KEY`]).
     paths: [PathBuf; 2],
-    cert: S,
-    key: S,
+    sources: [S; 2],
 }
+
+/// The certificate's place in a [`PemFiles`]'s arrays, and the key's.
+const CERT: usize = 0;
+const KEY: usize = 1;
 
 /// How many times a fetch reads the pair again when the certificate moved under it:
 /// a swap takes one; more means the files change faster than they are read.
@@ -38,20 +41,10 @@ const SWAPS_WAITED: usize = 3;
 impl PemFiles {
     /// The certificate at `cert` and the key at `key`.
     pub(crate) fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        let (cert, key) = (cert.into(), key.into());
-        Self {
-            cert: FileSource::new(&cert),
-            key: FileSource::new(&key),
-            paths: [cert, key],
-        }
+        let paths = [cert.into(), key.into()];
+        let sources = [FileSource::new(&paths[CERT]), FileSource::new(&paths[KEY])];
+        Self { paths, sources }
     }
-}
-
-/// One of the two files.
-#[derive(Debug, Clone, Copy)]
-enum Part {
-    Certificate,
-    Key,
 }
 
 /// A read of one of the two files that failed, and which.
@@ -60,47 +53,36 @@ enum Part {
 struct PartError {
     part: &'static str,
     path: PathBuf,
-    #[source]
     source: BoxError,
-}
-
-impl<S: TokenSource> PemFiles<S> {
-    async fn read(&self, part: Part, cx: FetchContext) -> Result<Fetched, PartError> {
-        let (source, path, part) = match part {
-            Part::Certificate => (&self.cert, &self.paths[0], "certificate"),
-            Part::Key => (&self.key, &self.paths[1], "key"),
-        };
-        source.fetch(cx).await.map_err(|e| PartError {
-            part,
-            path: path.clone(),
-            source: e.into(),
-        })
-    }
 }
 
 impl<S: TokenSource> TokenSource for PemFiles<S> {
     type Error = BoxError;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        let mut cert = self.read(Part::Certificate, cx).await?;
+        // One of the two files ([`CERT`] or [`KEY`]), named when it cannot be read.
+        let read = |part: usize| async move {
+            self.sources[part].fetch(cx).await.map_err(|e| PartError {
+                part: ["certificate", "key"][part],
+                path: self.paths[part].clone(),
+                source: e.into(),
+            })
+        };
+        let mut cert = read(CERT).await?;
         for _ in 0..SWAPS_WAITED {
-            let key = self.read(Part::Key, cx).await?;
-            let again = self.read(Part::Certificate, cx).await?;
+            let key = read(KEY).await?;
+            let again = read(CERT).await?;
             if again.bytes() == cert.bytes() {
                 return Ok(join(&cert, &key));
             }
             cert = again;
         }
-        let key = self.read(Part::Key, cx).await?;
-        Ok(join(&cert, &key))
+        Ok(join(&cert, &read(KEY).await?))
     }
 
     fn describe(&self) -> String {
-        format!(
-            "certificate {} and key {}",
-            self.paths[0].display(),
-            self.paths[1].display()
-        )
+        let [cert, key] = &self.paths;
+        format!("certificate {} and key {}", cert.display(), key.display())
     }
 
     fn paths(&self) -> &[PathBuf] {
@@ -108,24 +90,13 @@ impl<S: TokenSource> TokenSource for PemFiles<S> {
     }
 
     fn default_refresh_interval(&self) -> Option<Duration> {
-        self.cert.default_refresh_interval()
+        self.sources[CERT].default_refresh_interval()
     }
 }
 
 /// A certificate's PEM and its key's, as one PEM.
 fn join(cert: &Fetched, key: &Fetched) -> Fetched {
     Fetched::new([cert.bytes(), b"\n", key.bytes()].concat())
-}
-
-/// A credential parsed from PEM, and what the store needs of it.
-pub(crate) struct Parsed<T> {
-    pub(crate) value: T,
-    /// The SHA-256 of every certificate's DER, in order: the same for the same credential.
-    pub(crate) digest: [u8; 32],
-    /// When the credential stops being valid.
-    pub(crate) expires_at: Option<SystemTime>,
-    /// Certificates left out as unusable (a CA bundle's), each warned about by the source.
-    pub(crate) skipped: Vec<Skipped>,
 }
 
 /// A certificate of a bundle that could not be used.
@@ -139,52 +110,36 @@ pub(crate) struct Skipped {
 }
 
 /// A credential that PEM bytes parse into, and what it says of itself.
-pub(crate) trait Parse: fmt::Display + Clone + Send + Sync + Sized + 'static {
+pub(crate) trait Parse: fmt::Display + Send + Sync + Sized + 'static {
     /// What it is, for the store's logs, errors and default cap.
     const KIND: Kind;
 
-    fn parse(pem: &[u8], now: SystemTime) -> Result<Parsed<Self>, CertificateError>;
+    /// The credential `pem` holds at `now`, or why it holds none.
+    fn parse(pem: &[u8], now: SystemTime) -> Result<Pem<Self>, CertificateError>;
 
-    /// Whom it names (none, unless it says).
-    fn subject(&self) -> Option<&str> {
+    /// The certificate it stands for, when one does (a client identity's leaf): its
+    /// subject, fingerprint and dates are the credential's. Without one (a bundle), the
+    /// fingerprint is the start of the digest, which changes when any certificate does,
+    /// and there is no expiry.
+    fn certificate(&self) -> Option<&Certificate> {
         None
     }
 
-    /// Its fingerprint: a certificate's own, or (a bundle) the start of `digest`, which
-    /// changes when any of its certificates does.
-    fn fingerprint(&self, digest: &[u8; 32]) -> String;
-
-    /// Whether it is no longer valid at `now`.
-    fn is_expired_at(&self, now: SystemTime) -> bool;
-
-    /// Certificates of it left out as unusable.
-    fn skipped(&self) -> u64 {
-        0
-    }
-
-    /// When it became valid, if it says.
-    fn issued_at(&self) -> Option<SystemTime> {
-        None
+    /// Whether it is no longer valid at `now`, beyond its certificate's expiry.
+    fn is_expired_at(&self, _now: SystemTime) -> bool {
+        false
     }
 }
 
 /// A credential parsed from PEM, as its store holds it: the parsed value, its digest (the
 /// same for the same credential) and the store's stamp.
-#[derive(Clone)]
 pub(crate) struct Pem<T> {
-    value: T,
-    digest: [u8; 32],
-    /// When the credential stops being valid by its own word.
-    expires_at: Option<SystemTime>,
-    stamp: Stamp,
-}
-
-impl<T> Deref for Pem<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.value
-    }
+    pub(crate) value: T,
+    /// The SHA-256 of every certificate's DER, in order: the same for the same credential.
+    pub(crate) digest: [u8; 32],
+    /// Certificates left out as unusable (a CA bundle's), each warned about by the parser.
+    pub(crate) skipped: Vec<Skipped>,
+    pub(crate) stamp: Stamp,
 }
 
 impl<T: fmt::Display> fmt::Display for Pem<T> {
@@ -196,28 +151,23 @@ impl<T: fmt::Display> fmt::Display for Pem<T> {
 impl<T: Parse> Credential for Pem<T> {
     const KIND: Kind = T::KIND;
 
-    type Parser = PemParser<T>;
+    type Parser = PemParser;
 
     /// The read's PEM parsed, or why it is not a usable `T` (the store's error names the
     /// source first).
     fn from_fetched(
         fetched: Fetched,
-        parser: &PemParser<T>,
+        parser: &PemParser,
         origin: &Arc<str>,
         _max_size: usize,
         now: SystemTime,
     ) -> Result<Self, LoadError> {
-        let parsed = T::parse(fetched.bytes(), now).map_err(|error| LoadError::Fetch {
+        let pem = T::parse(fetched.bytes(), now).map_err(|error| LoadError::Fetch {
             origin: origin.clone(),
             error: Arc::new(error),
         })?;
-        parser.warn_skipped(origin, &parsed);
-        Ok(Pem {
-            value: parsed.value,
-            digest: parsed.digest,
-            expires_at: parsed.expires_at,
-            stamp: Stamp::default(),
-        })
+        parser.warn_skipped(origin, &pem);
+        Ok(pem)
     }
 
     fn stamp(&self) -> &Stamp {
@@ -234,11 +184,15 @@ impl<T: Parse> Credential for Pem<T> {
     }
 
     fn subject(&self) -> Option<&str> {
-        self.value.subject()
+        Some(&self.value.certificate()?.subject)
     }
 
     fn fingerprint(&self) -> String {
-        self.value.fingerprint(&self.digest)
+        let [a, b, c, d, ..] = self.digest;
+        match self.value.certificate() {
+            Some(certificate) => certificate.fingerprint.clone(),
+            None => format!("{a:02x}{b:02x}{c:02x}{d:02x}"),
+        }
     }
 
     fn logged(&self) -> impl fmt::Display + '_ {
@@ -249,18 +203,16 @@ impl<T: Parse> Credential for Pem<T> {
         u64::from_be_bytes(self.digest[..8].try_into().expect("8 bytes"))
     }
 
-    /// A certificate's `notAfter` (every authority's of a bundle).
+    /// A certificate's `notAfter`.
     fn own_expiry(&self) -> Option<SystemTime> {
-        self.expires_at
+        self.value.certificate().map(|c| c.not_after)
     }
 
     /// The earlier of the source's expiry (an exec plugin's `expirationTimestamp`) and its
     /// own.
     fn expires_at(&self) -> Option<SystemTime> {
-        match (self.stamp.source_expiry, self.expires_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let own = self.own_expiry();
+        self.stamp.source_expiry.into_iter().chain(own).min()
     }
 
     /// Past the source's expiry (an exec plugin's `expirationTimestamp`), or past its own
@@ -270,11 +222,11 @@ impl<T: Parse> Credential for Pem<T> {
     }
 
     fn skipped(&self) -> u64 {
-        self.value.skipped()
+        self.skipped.len() as u64
     }
 
     fn issued_at(&self) -> Option<SystemTime> {
-        self.value.issued_at()
+        self.value.certificate().map(|c| c.not_before)
     }
 }
 
@@ -288,46 +240,32 @@ pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] 
     hash.finalize().into()
 }
 
-/// What turns PEM into a [`Pem`] of `T`, held by its store: it remembers the bundle whose
-/// skipped certificates were last warned about, so that a timer's read of the same bundle
-/// warns no more.
-pub(crate) struct PemParser<T> {
-    parsed: PhantomData<fn() -> T>,
-    warned: Mutex<Option<([u8; 32], Vec<usize>)>>,
+/// What turns PEM into a [`Pem`], held by its store: it remembers the bundle whose skipped
+/// certificates were last warned about (its digest and their positions), so that a
+/// timer's read of the same bundle warns no more.
+#[derive(Default)]
+pub(crate) struct PemParser {
+    warned: Mutex<([u8; 32], Vec<usize>)>,
 }
 
-impl<T> Default for PemParser<T> {
-    fn default() -> Self {
-        Self {
-            parsed: PhantomData,
-            warned: Mutex::new(None),
-        }
-    }
-}
-
-impl<T> PemParser<T> {
-    /// Warns about each certificate `parsed` left out, unless this bundle's were the last
+impl PemParser {
+    /// Warns about each certificate `pem` left out, unless this bundle's were the last
     /// warned about.
-    fn warn_skipped(&self, origin: &str, parsed: &Parsed<T>) {
-        let key = (
-            parsed.digest,
-            parsed.skipped.iter().map(|s| s.position).collect(),
-        );
-        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        if parsed.skipped.is_empty() || warned.as_ref() == Some(&key) {
-            *warned = (!parsed.skipped.is_empty()).then_some(key);
-            return;
+    fn warn_skipped<T>(&self, origin: &str, pem: &Pem<T>) {
+        let key = (pem.digest, pem.skipped.iter().map(|s| s.position).collect());
+        let mut warned = lock(&self.warned);
+        if *warned != key {
+            for skipped in &pem.skipped {
+                tracing::warn!(
+                    source = %origin,
+                    position = skipped.position,
+                    subject = skipped.subject.as_deref().unwrap_or("(does not parse)"),
+                    error = %skipped.error,
+                    "a certificate of the CA bundle cannot be used: skipped, the others are trusted"
+                );
+            }
+            *warned = key;
         }
-        for skipped in &parsed.skipped {
-            tracing::warn!(
-                source = %origin,
-                position = skipped.position,
-                subject = skipped.subject.as_deref().unwrap_or("(does not parse)"),
-                error = %skipped.error,
-                "a certificate of the CA bundle cannot be used: skipped, the others are trusted"
-            );
-        }
-        *warned = Some(key);
     }
 }
 

@@ -1,7 +1,6 @@
 //! [`Connection`]: one generation's HTTP/2 connection to the origin, dialled when a call
 //! first needs it (and again once it has closed), one dial at a time.
 
-use std::error::Error as StdError;
 use std::future::poll_fn;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -12,10 +11,9 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
+use crate::source::BoxError;
 use crate::sync::lock;
 use crate::tls::stores::Generations;
-
-type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// Spawns hyper's tasks (the connection's, and two for each call) on tokio, boxed: tokio
 /// moves a future several times on its way into its task, and a call's are large.
@@ -41,78 +39,33 @@ pub(crate) struct Dial {
     pub(crate) origin: Uri,
 }
 
-impl Dial {
-    /// A new connection, its task spawned: it ends once every sender of it is dropped and
-    /// its streams are done, or the connection fails.
-    async fn dial<B>(&self) -> io::Result<SendRequest<B>>
-    where
-        B: http_body::Body + Send + Unpin + 'static,
-        B::Data: Send,
-        B::Error: Into<BoxError>,
-    {
-        let mut connector = self.connector.clone();
-        poll_fn(|cx| connector.poll_ready(cx))
-            .await
-            .map_err(io::Error::other)?;
-        let io = connector
-            .call(self.origin.clone())
-            .await
-            .map_err(io::Error::other)?;
-        // Boxed: hyper spawns a task per call whose future is an enum that can also be the
-        // connection's, and a TLS stream held inline would make each of them as large.
-        let (sender, connection) = self
-            .http2
-            .handshake(Box::new(io))
-            .await
-            .map_err(io::Error::other)?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "gRPC connection ended");
-            }
-        });
-        Ok(sender)
-    }
-}
-
 /// One generation's connection: a call that starts while the credentials are of
 /// `generations` goes out on it.
 pub(crate) struct Connection<B> {
     pub(crate) generations: Generations,
-    slot: Mutex<Slot<B>>,
+    /// The dials finished so far, and the last one's outcome: its sender, or its error.
+    last: Mutex<(u64, Option<Outcome<B>>)>,
     /// Held while dialling: one dial at a time.
     dialling: tokio::sync::Mutex<()>,
 }
 
-struct Slot<B> {
-    sender: Option<SendRequest<B>>,
-    /// Dials finished so far.
-    dials: u64,
-    /// The last dial's error, when it failed.
-    failed: Option<Arc<io::Error>>,
-}
+type Outcome<B> = Result<SendRequest<B>, Arc<io::Error>>;
 
 impl<B> Connection<B> {
     pub(crate) fn new(generations: Generations) -> Self {
         Self {
             generations,
-            slot: Mutex::new(Slot {
-                sender: None,
-                dials: 0,
-                failed: None,
-            }),
+            last: Mutex::new((0, None)),
             dialling: tokio::sync::Mutex::new(()),
         }
     }
 
     /// The open connection's sender, if there is one.
     pub(crate) fn open(&self) -> Option<SendRequest<B>> {
-        lock(&self.slot).open()
-    }
-}
-
-impl<B> Slot<B> {
-    fn open(&self) -> Option<SendRequest<B>> {
-        self.sender.as_ref().filter(|s| !s.is_closed()).cloned()
+        match &lock(&self.last).1 {
+            Some(Ok(sender)) if !sender.is_closed() => Some(sender.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -129,30 +82,34 @@ where
     /// # Errors
     ///
     /// Why the connection could not be made (its TCP connect, TLS or HTTP/2 handshake).
-    pub(crate) async fn sender(&self, dial: &Dial) -> Result<SendRequest<B>, Arc<io::Error>> {
-        let seen = lock(&self.slot).dials;
+    pub(crate) async fn sender(&self, dial: &Dial) -> Outcome<B> {
+        let seen = lock(&self.last).0;
         let _dialling = self.dialling.lock().await;
-        {
-            let slot = lock(&self.slot);
-            if let Some(sender) = slot.open() {
-                return Ok(sender);
-            }
-            if slot.dials > seen
-                && let Some(failed) = &slot.failed
-            {
-                return Err(failed.clone());
-            }
+        match &*lock(&self.last) {
+            (_, Some(Ok(sender))) if !sender.is_closed() => return Ok(sender.clone()),
+            (dials, Some(Err(failed))) if *dials > seen => return Err(failed.clone()),
+            _ => {}
         }
-        let outcome = dial.dial().await.map_err(Arc::new);
-        let mut slot = lock(&self.slot);
-        slot.dials += 1;
-        match &outcome {
-            Ok(sender) => {
-                slot.sender = Some(sender.clone());
-                slot.failed = None;
-            }
-            Err(error) => slot.failed = Some(error.clone()),
+        // A new connection, its task spawned: it ends once every sender of it is dropped
+        // and its streams are done, or the connection fails.
+        let outcome = async {
+            let mut connector = dial.connector.clone();
+            poll_fn(|cx| connector.poll_ready(cx)).await?;
+            let io = connector.call(dial.origin.clone()).await?;
+            // Boxed: hyper spawns a task per call whose future is an enum that can also be
+            // the connection's, and a TLS stream held inline would make each as large.
+            let (sender, connection) = dial.http2.handshake(Box::new(io)).await?;
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "gRPC connection ended");
+                }
+            });
+            Ok::<_, BoxError>(sender)
         }
+        .await
+        .map_err(|e| Arc::new(io::Error::other(e)));
+        let mut last = lock(&self.last);
+        *last = (last.0 + 1, Some(outcome.clone()));
         outcome
     }
 }

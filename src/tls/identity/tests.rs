@@ -2,12 +2,13 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::source::{FileSource, FnSource};
+use crate::store::Credential;
 use crate::test_support::pki::{Ca, Issued};
 use crate::test_support::writers;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn parse(pem: &str) -> Result<Parsed<Identity>, CertificateError> {
+fn parse(pem: &str) -> Result<Pem<Identity>, CertificateError> {
     Identity::parse(pem.as_bytes(), SystemTime::now())
 }
 
@@ -20,11 +21,11 @@ fn a_certificate_and_its_key_parse_in_either_order_with_the_certificates_facts()
         format!("{}{}", node.key_pem, node.cert_pem),
     ] {
         let parsed = parse(&pem).unwrap();
-        let leaf = parsed.value.leaf();
+        let leaf = &parsed.value.chain[0];
         assert_eq!(leaf.subject, "CN=system:node:n1, O=system:nodes");
         assert_eq!(leaf.issuer, "CN=kubernetes");
         assert_eq!(leaf.fingerprint, node.fingerprint());
-        assert_eq!(parsed.expires_at, Some(leaf.not_after));
+        assert_eq!(parsed.own_expiry(), Some(leaf.not_after));
         let life = leaf.not_after.duration_since(leaf.not_before).unwrap();
         assert_eq!(life.as_secs(), HOUR.as_secs() + 60);
     }
@@ -111,7 +112,7 @@ fn a_pod_certificate_bundle_parses_with_its_chain_of_every_key_type_the_provider
                     ["CN=pod", "CN=example.com/pod-signer"],
                     "{key_type}"
                 );
-                assert_eq!(parsed.value.leaf().fingerprint, pod.fingerprint());
+                assert_eq!(parsed.value.chain[0].fingerprint, pod.fingerprint());
                 assert!(
                     key_type != "ECDSAP521" || !cfg!(feature = "ring"),
                     "ring signed with P-521?"

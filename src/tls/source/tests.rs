@@ -31,8 +31,7 @@ async fn a_swap_between_the_two_reads_is_read_again_never_paired_across() {
     let (key, key_reads) = in_turn("key", vec![new.key_pem.clone()]);
     let files = PemFiles {
         paths: ["/pod/chain.pem".into(), "/pod/key.pem".into()],
-        cert: chain,
-        key,
+        sources: [chain, key],
     };
     let identity = IdentityStore::builder(files)
         .no_watch()
@@ -60,8 +59,7 @@ async fn files_that_never_settle_are_left_to_the_key_check() {
     let (key, _) = in_turn("key", vec![other.key_pem.clone()]);
     let files = PemFiles {
         paths: ["/pod/chain.pem".into(), "/pod/key.pem".into()],
-        cert: chain,
-        key,
+        sources: [chain, key],
     };
     let err = IdentityStore::builder(files).load().await.unwrap_err();
     let chain_text = crate::store::Chain(&err).to_string();
