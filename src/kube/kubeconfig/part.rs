@@ -1,7 +1,7 @@
 //! [`Part`]: one inline credential of a kubeconfig, as the source of its own store, taken
 //! out of what the store of the file holds.
 
-use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::snapshot::Snapshot;
@@ -39,11 +39,13 @@ pub(crate) struct Part {
 }
 
 impl Part {
-    pub(crate) fn new(file: Store<Snapshot>, which: Which, origin: &str) -> Self {
+    pub(crate) fn new(file: &Store<Snapshot>, which: Which) -> Self {
+        let origin = format!("{}: {}", file.status().source, which.name());
+        let file = file.clone();
         Self {
             file,
             which,
-            origin: format!("{origin}: {}", which.name()),
+            origin,
         }
     }
 
@@ -51,12 +53,12 @@ impl Part {
     /// that cannot be used fails its parts' reads too, and each keeps its last good one.
     fn take(&self) -> Result<Fetched, FileFailed> {
         if let Some(error) = self.file.last_error() {
-            return Err(FileFailed(error));
+            return Err(error.into());
         }
         let snapshot = self.file.current();
         let bytes: Option<&[u8]> = match self.which {
-            Which::Token => snapshot.token.as_ref().map(|s| s.0.as_slice()),
-            Which::Identity => snapshot.identity.as_ref().map(|s| s.0.as_slice()),
+            Which::Token => snapshot.token.as_ref().map(|s| s.as_slice()),
+            Which::Identity => snapshot.identity.as_ref().map(|s| s.as_slice()),
             Which::Roots => snapshot.roots.as_deref(),
         };
         // The shape holds which credentials are inline: a part is never missing.
@@ -86,7 +88,7 @@ impl TokenSource for Part {
                 .reload(cx.trigger(), Recency::AfterNow, OnFailure::Report)
                 .await;
             if let Some(Err(error)) = read {
-                return Err(FileFailed(error));
+                return Err(error.into());
             }
         }
         self.take()
@@ -104,26 +106,15 @@ impl TokenSource for Part {
 
 /// The file's store's read failed: what it says of the file (its error names the file),
 /// without the store's own words again.
-#[derive(Debug)]
-pub(crate) struct FileFailed(LoadError);
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct FileFailed(Arc<dyn std::error::Error + Send + Sync>);
 
-impl FileFailed {
-    fn cause(&self) -> &(dyn std::error::Error + 'static) {
-        match &self.0 {
-            LoadError::Fetch { error, .. } => &**error,
-            other => other,
-        }
-    }
-}
-
-impl fmt::Display for FileFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self.cause(), f)
-    }
-}
-
-impl std::error::Error for FileFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause().source()
+impl From<LoadError> for FileFailed {
+    fn from(error: LoadError) -> Self {
+        FileFailed(match error {
+            LoadError::Fetch { error, .. } => error,
+            other => Arc::new(other),
+        })
     }
 }
