@@ -13,14 +13,14 @@ use tower::ServiceBuilder;
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
 
-use super::kubeconfig::{self, Inline, Part, Which};
+use super::kubeconfig::{self, Snapshot, Which};
 use super::{AuthInUse, Error, auth_in_use};
 use crate::builder::StoreBuilder;
 use crate::layer::BearerLayer;
 #[cfg(feature = "tls")]
 use crate::source::FnSource;
 use crate::source::{ExecError, ExecSource, FileSource};
-use crate::store::TokenStore;
+use crate::store::{Store, TokenStore};
 #[cfg(feature = "tls")]
 use crate::tls::{IdentityStore, RootStore};
 #[cfg(feature = "tls")]
@@ -123,7 +123,7 @@ impl Credentials {
     /// user's `exec` section cannot be used; [`Error::Data`] when a `-data` field is not
     /// base64.
     pub async fn load(config: &Config) -> Result<Self, Error> {
-        let credentials = match Self::load_all(config, Inline::default()).await {
+        let credentials = match Self::load_all(config, None).await {
             Ok(credentials) => credentials,
             #[cfg(not(feature = "tls"))]
             Err(Error::Load(e))
@@ -152,10 +152,12 @@ impl Credentials {
         Ok(credentials)
     }
 
-    /// The stores `config` calls for, but those of the credentials in `inline` (a
-    /// kubeconfig's, which [`from_kubeconfig`](Self::from_kubeconfig) loads).
-    async fn load_all(config: &Config, inline: Inline) -> Result<Self, Error> {
+    /// The stores `config` calls for; given the store of a kubeconfig `file`
+    /// ([`from_kubeconfig`](Self::from_kubeconfig)), those of the credentials inline in it
+    /// follow the file's.
+    async fn load_all(config: &Config, file: Option<&Store<Snapshot>>) -> Result<Self, Error> {
         let mut credentials = Self::default();
+        let inline = file.map(kubeconfig::inline).unwrap_or_default();
         #[cfg(feature = "tls")]
         let mut plugin_identity = None;
         // The plugin is kept to ask, once it ran, whether it answered with a certificate.
@@ -163,10 +165,12 @@ impl Credentials {
             AuthInUse::Exec(exec) => Some(crate::source::ExecSource::try_from(exec)?),
             _ => None,
         };
-        let builder = match &plugin {
-            _ if inline.token => None,
-            Some(plugin) => Some(TokenStore::builder(plugin.clone())),
-            None => Self::token_store_builder(config)?,
+        let builder = match (file, &plugin) {
+            (Some(file), _) if inline.token => {
+                Some(kubeconfig::follow(file, Which::Token, TokenStore::builder))
+            }
+            (_, Some(plugin)) => Some(TokenStore::builder(plugin.clone())),
+            _ => Self::token_store_builder(config)?,
         };
         if let Some(builder) = builder {
             match builder.load().await {
@@ -187,13 +191,23 @@ impl Credentials {
             // A plugin that answered with a token and a certificate: both are used, as
             // kube uses them (the plugin then runs for each store).
             let saw_certificate = plugin.clone().filter(|plugin| plugin.saw_certificate());
-            let identity = match plugin_identity.or(saw_certificate) {
-                Some(plugin) => Some(IdentityStore::exec(plugin)),
-                None if inline.identity => None,
-                None => identity_of(&config.auth_info)?,
+            let identity = match (file, plugin_identity.or(saw_certificate)) {
+                (Some(file), _) if inline.identity => Some(kubeconfig::follow(
+                    file,
+                    Which::Identity,
+                    IdentityStore::builder,
+                )),
+                (_, Some(plugin)) => Some(IdentityStore::exec(plugin)),
+                _ => identity_of(&config.auth_info)?,
             };
             credentials.identity = load(identity).await?;
-            credentials.roots = load(roots_of(config).filter(|_| !inline.roots)).await?;
+            let roots = match file {
+                Some(file) if inline.roots => {
+                    Some(kubeconfig::follow(file, Which::Roots, RootStore::builder))
+                }
+                _ => roots_of(config),
+            };
+            credentials.roots = load(roots).await?;
         }
         // A certificate the token's run got is for the identity store loaded above, if
         // any: dropped once that is done rather than kept with the token's store.
@@ -262,27 +276,10 @@ impl Credentials {
         options: &KubeConfigOptions,
     ) -> Result<(Config, Self), Error> {
         let (config, file) = kubeconfig::first_read(path.as_ref(), options).await?;
-        let Some(file) = file else {
-            let credentials = Self::load(&config).await?;
-            return Ok((config, credentials));
+        let credentials = match &file {
+            Some(file) => Self::load_all(&config, Some(file)).await?,
+            None => Self::load(&config).await?,
         };
-        let inline = kubeconfig::inline(&file);
-        let mut credentials = Self::load_all(&config, inline).await?;
-        let part = |which| Part::new(&file, which);
-        if inline.token {
-            let builder = TokenStore::builder(part(Which::Token)).follow(&file);
-            credentials.token = Some(builder.load().await?);
-        }
-        #[cfg(feature = "tls")]
-        if inline.identity {
-            let builder = IdentityStore::builder(part(Which::Identity)).follow(&file);
-            credentials.identity = Some(builder.load().await?);
-        }
-        #[cfg(feature = "tls")]
-        if inline.roots {
-            let builder = RootStore::builder(part(Which::Roots)).follow(&file);
-            credentials.roots = Some(builder.load().await?);
-        }
         Ok((config, credentials))
     }
 
@@ -436,16 +433,12 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
     use secrecy::ExposeSecret;
 
     // The key goes from kube's SecretString to wiped memory, never a plain Vec.
-    let data = |data: Option<&str>, field: &'static str| -> Result<_, Error> {
-        let decode = |data: &str| STANDARD.decode(data.trim()).map(Zeroizing::new);
-        data.map(decode)
-            .transpose()
-            .map_err(|_| Error::Data { field })
+    let data = |data: Option<&str>, field| {
+        let decoded = data.map(|data| STANDARD.decode(data.trim()).map(Zeroizing::new));
+        decoded.transpose().map_err(|_| Error::Data { field })
     };
-    let cert = data(
-        auth.client_certificate_data.as_deref(),
-        "client-certificate-data",
-    )?;
+    let cert = auth.client_certificate_data.as_deref();
+    let cert = data(cert, "client-certificate-data")?;
     let key = auth.client_key_data.as_ref().map(|key| key.expose_secret());
     let key = data(key, "client-key-data")?;
     Ok(

@@ -24,11 +24,12 @@ mod part;
 mod read;
 mod snapshot;
 
-pub(super) use part::{Part, Which};
+use part::Part;
+pub(super) use part::Which;
 pub(super) use read::ca_file;
 use read::{Problem, absolute_paths, select};
-pub(super) use snapshot::Inline;
-use snapshot::{Shape, Snapshot, snapshot};
+pub(crate) use snapshot::Snapshot;
+use snapshot::{Inline, Shape, snapshot};
 
 /// The kubeconfig file, parsed into the chosen context's [`Snapshot`] at each read, held to
 /// the [`Shape`] the client was built for.
@@ -139,6 +140,16 @@ pub(super) async fn first_read(
     let parser = source.parser.clone();
     let file = crate::StoreBuilder::of::<Snapshot>(source, parser, |store| store);
     Ok((config, Some(file.load().await?)))
+}
+
+/// The builder of a store of the file's `which` credential, a [`Part`] that follows the
+/// file's store.
+pub(super) fn follow<S>(
+    file: &Store<Snapshot>,
+    which: Which,
+    builder: fn(Part) -> crate::StoreBuilder<S>,
+) -> crate::StoreBuilder<S> {
+    builder(Part::new(file, which)).follow(file)
 }
 
 /// Which of the context's credentials are inline, each a store that follows the file's.

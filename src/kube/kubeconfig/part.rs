@@ -18,16 +18,6 @@ pub(crate) enum Which {
     Roots,
 }
 
-impl Which {
-    fn name(self) -> &'static str {
-        match self {
-            Which::Token => "token",
-            Which::Identity => "client certificate",
-            Which::Roots => "CA bundle",
-        }
-    }
-}
-
 /// One inline credential of the file, as the source of its own store: taken out of what the
 /// file's store holds, which is read again when a server refuses the credential, when the
 /// user reloads, or at the credential's own dates; the store follows the file's store for
@@ -40,12 +30,15 @@ pub(crate) struct Part {
 
 impl Part {
     pub(crate) fn new(file: &Store<Snapshot>, which: Which) -> Self {
-        let origin = format!("{}: {}", file.status().source, which.name());
-        let file = file.clone();
+        let name = match which {
+            Which::Token => "token",
+            Which::Identity => "client certificate",
+            Which::Roots => "CA bundle",
+        };
         Self {
-            file,
+            origin: format!("{}: {name}", file.status().source),
+            file: file.clone(),
             which,
-            origin,
         }
     }
 
@@ -56,13 +49,13 @@ impl Part {
             return Err(error.into());
         }
         let snapshot = self.file.current();
-        let bytes: Option<&[u8]> = match self.which {
+        // The shape holds which credentials are inline: a part is never missing.
+        let bytes = match self.which {
             Which::Token => snapshot.token.as_ref().map(|s| s.as_slice()),
             Which::Identity => snapshot.identity.as_ref().map(|s| s.as_slice()),
             Which::Roots => snapshot.roots.as_deref(),
-        };
-        // The shape holds which credentials are inline: a part is never missing.
-        let bytes = bytes.expect("the file's shape keeps its inline credentials");
+        }
+        .expect("the file's shape keeps its inline credentials");
         Ok(Fetched::new(bytes.to_vec()))
     }
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ::kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig};
+use ::kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 /// Why a kubeconfig cannot be used: the `#[source]` of [`Error::Kubeconfig`]. Never holds
 /// a secret: a YAML error is reduced to where it is.
@@ -132,22 +132,14 @@ pub(in crate::kube) fn ca_file(
         .map(PathBuf::from)
 }
 
-/// Where a YAML error is, from kube's error's words ("line L column C"), which never
-/// repeat the file's content here.
-fn location(error: &::kube::config::KubeconfigError) -> String {
-    let text = error.to_string();
-    let number_after = |word: &str| {
-        let at = text.find(word)? + word.len();
-        let digits: String = text[at..]
-            .trim_start_matches([' ', ':'])
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
+/// Where a YAML error is, as the YAML parser's error says: never the file's content.
+fn location(error: &KubeconfigError) -> String {
+    let at = match error {
+        KubeconfigError::Parse(e) => e.location(),
+        _ => None,
     };
-    let at: Option<(usize, usize)> = number_after("line").zip(number_after("column"));
-    at.map_or_else(String::new, |(line, column)| {
-        format!(" (line {line}, column {column})")
+    at.map_or_else(String::new, |at| {
+        format!(" (line {}, column {})", at.line(), at.column())
     })
 }
 

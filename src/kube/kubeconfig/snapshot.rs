@@ -74,16 +74,11 @@ impl Shape {
         let mut cluster = selected.cluster.clone();
         let mut user = selected.user.clone();
         cluster.server = None;
-        if inline.roots {
-            cluster.certificate_authority_data = None;
-        }
-        if inline.token {
-            user.token = None;
-        }
-        if inline.identity {
-            user.client_certificate_data = None;
-            user.client_key_data = None;
-        }
+        // The inline credentials followed are left out: they change as they rotate.
+        cluster.certificate_authority_data.take_if(|_| inline.roots);
+        user.token.take_if(|_| inline.token);
+        user.client_certificate_data.take_if(|_| inline.identity);
+        user.client_key_data.take_if(|_| inline.identity);
         let cluster = serde_json::to_vec(&cluster).unwrap_or_default();
         let user = serde_json::to_vec(&user).unwrap_or_default();
         Self {
@@ -218,13 +213,8 @@ impl Credential for Snapshot {
 /// The inline credentials of `selected` that are in use, each checked.
 pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot, Problem> {
     let shape = Shape::of(selected);
-    let Selected {
-        user,
-        user_name,
-        cluster,
-        cluster_name,
-        ..
-    } = selected;
+    let (user, user_name) = (&selected.user, &selected.user_name);
+    let (cluster, cluster_name) = (&selected.cluster, &selected.cluster_name);
     let decode = |data: &str, field: &'static str, owner: String| {
         STANDARD
             .decode(data.trim())
