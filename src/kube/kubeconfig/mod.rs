@@ -116,9 +116,7 @@ pub(super) async fn first_read(
         .map_err(|e| error(Problem::Read(e)))?;
     let (mut kubeconfig, selected) = select(&bytes, options).map_err(&error)?;
     // Checked now, so that a bad inline credential is this call's error.
-    let shape = snapshot(&selected, SystemTime::now())
-        .map_err(&error)?
-        .shape;
+    let Snapshot { shape, .. } = snapshot(&selected, SystemTime::now()).map_err(&error)?;
     absolute_paths(&mut kubeconfig, path);
     let ca_file = ca_file(&kubeconfig, options);
     let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, options)

@@ -157,30 +157,21 @@ pub(super) fn absolute_paths(kubeconfig: &mut Kubeconfig, path: &Path) {
             *name = joined.to_owned();
         }
     };
-    for cluster in kubeconfig
-        .clusters
-        .iter_mut()
-        .filter_map(|c| c.cluster.as_mut())
-    {
+    let clusters = kubeconfig.clusters.iter_mut();
+    for cluster in clusters.filter_map(|c| c.cluster.as_mut()) {
         absolute(&mut cluster.certificate_authority);
     }
-    for user in kubeconfig
-        .auth_infos
-        .iter_mut()
-        .filter_map(|u| u.auth_info.as_mut())
-    {
+    let users = kubeconfig.auth_infos.iter_mut();
+    for user in users.filter_map(|u| u.auth_info.as_mut()) {
         absolute(&mut user.client_certificate);
         absolute(&mut user.client_key);
         absolute(&mut user.token_file);
-        if let Some(exec) = user.exec.as_mut() {
-            // A command with a separator, as kube: a bare name is looked up in PATH.
-            if exec
-                .command
-                .as_deref()
-                .is_some_and(|c| c.contains(std::path::MAIN_SEPARATOR))
-            {
-                absolute(&mut exec.command);
-            }
+        // A command with a separator, as kube: a bare name is looked up in PATH.
+        let separator = |c: &str| c.contains(std::path::MAIN_SEPARATOR);
+        if let Some(exec) = user.exec.as_mut()
+            && exec.command.as_deref().is_some_and(separator)
+        {
+            absolute(&mut exec.command);
         }
     }
 }
