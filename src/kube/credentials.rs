@@ -13,16 +13,18 @@ use tower::ServiceBuilder;
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
 
-use super::kubeconfig::{self, Inline, Part, Which};
+use super::kubeconfig::{self, Snapshot, Which};
 use super::{AuthInUse, Error, auth_in_use};
 use crate::builder::StoreBuilder;
 use crate::layer::BearerLayer;
 #[cfg(feature = "tls")]
 use crate::source::FnSource;
-use crate::source::{ExecError, ExecSource, FileSource, TokenSource};
-use crate::store::TokenStore;
+use crate::source::{ExecError, ExecSource, FileSource};
+use crate::store::{Store, TokenStore};
 #[cfg(feature = "tls")]
 use crate::tls::{IdentityStore, RootStore};
+#[cfg(feature = "tls")]
+use base64::{Engine as _, engine::general_purpose::STANDARD};
 #[cfg(feature = "tls")]
 use zeroize::Zeroizing;
 
@@ -121,7 +123,7 @@ impl Credentials {
     /// user's `exec` section cannot be used; [`Error::Data`] when a `-data` field is not
     /// base64.
     pub async fn load(config: &Config) -> Result<Self, Error> {
-        let credentials = match Self::load_all(config, Inline::default()).await {
+        let credentials = match Self::load_all(config, None).await {
             Ok(credentials) => credentials,
             #[cfg(not(feature = "tls"))]
             Err(Error::Load(e))
@@ -150,10 +152,12 @@ impl Credentials {
         Ok(credentials)
     }
 
-    /// The stores `config` calls for, but those of the credentials in `inline` (a
-    /// kubeconfig's, which [`from_kubeconfig`](Self::from_kubeconfig) loads).
-    async fn load_all(config: &Config, inline: Inline) -> Result<Self, Error> {
+    /// The stores `config` calls for; given the store of a kubeconfig `file`
+    /// ([`from_kubeconfig`](Self::from_kubeconfig)), those of the credentials inline in it
+    /// follow the file's.
+    async fn load_all(config: &Config, file: Option<&Store<Snapshot>>) -> Result<Self, Error> {
         let mut credentials = Self::default();
+        let inline = file.map(kubeconfig::inline).unwrap_or_default();
         #[cfg(feature = "tls")]
         let mut plugin_identity = None;
         // The plugin is kept to ask, once it ran, whether it answered with a certificate.
@@ -161,10 +165,12 @@ impl Credentials {
             AuthInUse::Exec(exec) => Some(crate::source::ExecSource::try_from(exec)?),
             _ => None,
         };
-        let builder = match &plugin {
-            _ if inline.token => None,
-            Some(plugin) => Some(TokenStore::builder(plugin.clone())),
-            None => Self::token_store_builder(config)?,
+        let builder = match (file, &plugin) {
+            (Some(file), _) if inline.token => {
+                Some(kubeconfig::follow(file, Which::Token, TokenStore::builder))
+            }
+            (_, Some(plugin)) => Some(TokenStore::builder(plugin.clone())),
+            _ => Self::token_store_builder(config)?,
         };
         if let Some(builder) = builder {
             match builder.load().await {
@@ -176,10 +182,6 @@ impl Credentials {
                 Err(e) => return Err(e.into()),
             }
         }
-        // A certificate the token's run got is for the identity store loaded below, if
-        // any: dropped once that is done rather than kept with the token's store.
-        #[cfg(feature = "tls")]
-        let handover = plugin.clone();
         #[cfg(feature = "tls")]
         if config.proxy_url.is_some() || config.accept_invalid_certs {
             tracing::debug!(
@@ -188,23 +190,29 @@ impl Credentials {
         } else {
             // A plugin that answered with a token and a certificate: both are used, as
             // kube uses them (the plugin then runs for each store).
-            let plugin_identity =
-                plugin_identity.or(plugin.filter(|plugin| plugin.saw_certificate()));
-            credentials.identity = match plugin_identity {
-                Some(plugin) => Some(IdentityStore::exec(plugin).load().await?),
-                None if inline.identity => None,
-                None => match identity_of(&config.auth_info)? {
-                    Some(builder) => Some(builder.load().await?),
-                    None => None,
-                },
+            let saw_certificate = plugin.clone().filter(|plugin| plugin.saw_certificate());
+            let identity = match (file, plugin_identity.or(saw_certificate)) {
+                (Some(file), _) if inline.identity => Some(kubeconfig::follow(
+                    file,
+                    Which::Identity,
+                    IdentityStore::builder,
+                )),
+                (_, Some(plugin)) => Some(IdentityStore::exec(plugin)),
+                _ => identity_of(&config.auth_info)?,
             };
-            credentials.roots = match roots_of(config) {
-                Some(builder) if !inline.roots => Some(builder.load().await?),
-                _ => None,
+            credentials.identity = load(identity).await?;
+            let roots = match file {
+                Some(file) if inline.roots => {
+                    Some(kubeconfig::follow(file, Which::Roots, RootStore::builder))
+                }
+                _ => roots_of(config),
             };
+            credentials.roots = load(roots).await?;
         }
+        // A certificate the token's run got is for the identity store loaded above, if
+        // any: dropped once that is done rather than kept with the token's store.
         #[cfg(feature = "tls")]
-        if let Some(plugin) = handover {
+        if let Some(plugin) = plugin {
             plugin.drop_handover();
         }
         Ok(credentials)
@@ -267,30 +275,11 @@ impl Credentials {
         path: impl AsRef<Path>,
         options: &KubeConfigOptions,
     ) -> Result<(Config, Self), Error> {
-        let (config, source) = kubeconfig::first_read(path.as_ref(), options).await?;
-        let Some(source) = source else {
-            let credentials = Self::load(&config).await?;
-            return Ok((config, credentials));
+        let (config, file) = kubeconfig::first_read(path.as_ref(), options).await?;
+        let credentials = match &file {
+            Some(file) => Self::load_all(&config, Some(file)).await?,
+            None => Self::load(&config).await?,
         };
-        let inline = source.inline();
-        let origin = source.describe();
-        let file = kubeconfig::load(source).await?;
-        let mut credentials = Self::load_all(&config, inline).await?;
-        let part = |which| Part::new(file.clone(), which, &origin);
-        if inline.token {
-            let builder = TokenStore::builder(part(Which::Token)).follow(&file);
-            credentials.token = Some(builder.load().await?);
-        }
-        #[cfg(feature = "tls")]
-        if inline.identity {
-            let builder = IdentityStore::builder(part(Which::Identity)).follow(&file);
-            credentials.identity = Some(builder.load().await?);
-        }
-        #[cfg(feature = "tls")]
-        if inline.roots {
-            let builder = RootStore::builder(part(Which::Roots)).follow(&file);
-            credentials.roots = Some(builder.load().await?);
-        }
         Ok((config, credentials))
     }
 
@@ -402,25 +391,21 @@ impl Credentials {
     /// kube cannot build its client from the config.
     ///
     /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
-    pub fn client(&self, mut config: Config) -> Result<Client, Error> {
+    pub fn client(&self, config: Config) -> Result<Client, Error> {
+        let without_auth = |mut config: Config| {
+            config.auth_info.token_file = None;
+            config.auth_info.exec = None;
+            config
+        };
         #[cfg(feature = "tls")]
-        let tls = self.identity.is_some() || self.roots.is_some();
-        #[cfg(not(feature = "tls"))]
-        let tls = false;
-        if self.token.is_none() && !tls {
-            return Ok(Client::try_from(config)?);
-        }
-        config.auth_info.token_file = None;
-        config.auth_info.exec = None;
-        #[cfg(feature = "tls")]
-        if tls {
+        if self.identity.is_some() || self.roots.is_some() {
             tracing::debug!("kube client with reloading TLS credentials");
-            return super::https::client(config, self.clone());
+            return super::https::client(without_auth(config), self.clone());
         }
-        let store = self
-            .token
-            .clone()
-            .expect("a token store, without TLS stores");
+        let Some(store) = self.token.clone() else {
+            return Ok(Client::try_from(config)?);
+        };
+        let mut config = without_auth(config);
         // kube's retry goes outside our layer, so that each attempt gets the current token.
         let default_retry = std::mem::replace(&mut config.default_retry, false);
         tracing::debug!(token = %store.current(), "kube client with a reloading token");
@@ -432,46 +417,41 @@ impl Credentials {
     }
 }
 
+/// The store of `builder`, if any.
+#[cfg(feature = "tls")]
+async fn load<S>(builder: Option<StoreBuilder<S>>) -> Result<Option<S>, crate::LoadError> {
+    Ok(match builder {
+        Some(builder) => Some(builder.load().await?),
+        None => None,
+    })
+}
+
 /// The identity a kubeconfig user's certificate and key give: two watched files, or the
 /// bytes kube's loader would read (`-data` first, as kube does).
 #[cfg(feature = "tls")]
 fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentityStore>>, Error> {
-    use base64::Engine;
-    use base64::engine::general_purpose::STANDARD;
     use secrecy::ExposeSecret;
 
-    let data = |data: Option<&str>, name: &'static str| -> Result<Option<Vec<u8>>, Error> {
-        data.map(|data| {
-            STANDARD
-                .decode(data.trim())
-                .map_err(|_| Error::Data { field: name })
-        })
-        .transpose()
-    };
-    let cert = data(
-        auth.client_certificate_data.as_deref(),
-        "client-certificate-data",
-    )?;
     // The key goes from kube's SecretString to wiped memory, never a plain Vec.
-    let key = data(
-        auth.client_key_data.as_ref().map(|key| key.expose_secret()),
-        "client-key-data",
-    )?
-    .map(Zeroizing::new);
+    let data = |data: Option<&str>, field| {
+        let decoded = data.map(|data| STANDARD.decode(data.trim()).map(Zeroizing::new));
+        decoded.transpose().map_err(|_| Error::Data { field })
+    };
+    let cert = auth.client_certificate_data.as_deref();
+    let cert = data(cert, "client-certificate-data")?;
+    let key = auth.client_key_data.as_ref().map(|key| key.expose_secret());
+    let key = data(key, "client-key-data")?;
     Ok(
         match (cert, key, &auth.client_certificate, &auth.client_key) {
             (None, None, Some(cert), Some(key)) => Some(IdentityStore::files(cert, key)),
             (None, None, _, _) => None,
             (cert, key, cert_file, key_file) => {
                 // Bytes from the kubeconfig: read once per fetch, never watched.
-                let cert_file = cert_file.clone();
-                let key_file = key_file.clone();
+                let halves = [(cert, cert_file.clone()), (key, key_file.clone())];
                 let source = FnSource::new("kubeconfig client certificate", move || {
-                    let (cert, key) = (cert.clone(), key.clone());
-                    let (cert_file, key_file) = (cert_file.clone(), key_file.clone());
+                    let [cert, key] = halves.clone().map(|(bytes, file)| half(bytes, file));
                     async move {
-                        let cert = part(cert.map(Zeroizing::new), cert_file).await?;
-                        let key = part(key, key_file).await?;
+                        let (cert, key) = (cert.await?, key.await?);
                         let mut pem = Zeroizing::new([&cert[..], b"\n", &key[..]].concat());
                         // Moved to the store, not copied.
                         Ok::<_, std::io::Error>(std::mem::take(&mut *pem))
@@ -485,7 +465,7 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
 
 /// One half of a kubeconfig identity, in wiped memory: its `-data` bytes, else its file's.
 #[cfg(feature = "tls")]
-async fn part(
+async fn half(
     bytes: Option<Zeroizing<Vec<u8>>>,
     file: Option<String>,
 ) -> std::io::Result<Zeroizing<Vec<u8>>> {
@@ -505,10 +485,12 @@ fn roots_of(config: &Config) -> Option<crate::StoreBuilder<RootStore>> {
     if let Some(path) = &config.root_cert_file {
         return Some(RootStore::builder(FileSource::new(path.clone())));
     }
-    let ders = config.root_cert.clone()?;
-    let pem = ders
-        .iter()
-        .map(|der| pem_of(der))
+    // PEM of one base64 line each, as the PEM reader takes it.
+    let pem = (config.root_cert.as_ref()?.iter())
+        .map(|der| {
+            let body = STANDARD.encode(der);
+            format!("-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n")
+        })
         .collect::<String>()
         .into_bytes();
     let source = FnSource::new("kube config root certificates", move || {
@@ -516,18 +498,4 @@ fn roots_of(config: &Config) -> Option<crate::StoreBuilder<RootStore>> {
         async move { Ok::<_, std::io::Error>(pem) }
     });
     Some(RootStore::builder(source).no_watch().no_periodic_refresh())
-}
-
-/// One DER certificate as PEM.
-#[cfg(feature = "tls")]
-fn pem_of(der: &[u8]) -> String {
-    use base64::Engine;
-    let body = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in body.as_bytes().chunks(64) {
-        pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        pem.push('\n');
-    }
-    pem.push_str("-----END CERTIFICATE-----\n");
-    pem
 }

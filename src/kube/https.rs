@@ -33,18 +33,12 @@ pub(super) fn client(config: Config, credentials: Credentials) -> Result<Client,
             .map_err(|_| Error::ServerName { name: name.clone() })?;
         https = https.server_name(name);
     }
+    let retry = (config.default_retry).then(|| RetryLayer::new(RetryPolicy::server_retry()));
+    let bearer = (credentials.token).map(|t| BearerLayer::new(t).retry_unauthorized());
     let stack = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(
-            config
-                .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
-        )
-        .option_layer(
-            credentials
-                .token
-                .map(|t| BearerLayer::new(t).retry_unauthorized()),
-        )
+        .option_layer(retry)
+        .option_layer(bearer)
         .map_err(Into::<BoxError>::into)
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)

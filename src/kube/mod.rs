@@ -154,6 +154,8 @@ mod credentials;
 mod https;
 mod kubeconfig;
 
+use kubeconfig::ca_file;
+
 pub use credentials::Credentials;
 
 /// Requests that may wait for the inner stack: the bound of the `Buffer` that makes kube's
@@ -231,40 +233,10 @@ async fn infer_config() -> Result<Config, Error> {
         }
         Ok(config)
     });
-    match infer.await {
-        Ok(config) => config,
-        // Only a panic of kube's, or a runtime shutting down, ends the task otherwise.
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
-}
-
-/// The chosen context's cluster's `certificate-authority` path (the current context's,
-/// unless `options` says), when it has no `certificate-authority-data` (which kube would
-/// use first).
-fn ca_file(kubeconfig: &Kubeconfig, options: &KubeConfigOptions) -> Option<PathBuf> {
-    let context = options
-        .context
-        .as_deref()
-        .or(kubeconfig.current_context.as_deref())?;
-    let of_context = kubeconfig
-        .contexts
-        .iter()
-        .find(|named| named.name == context)?
-        .context
-        .as_ref()?
-        .cluster
-        .as_str();
-    let cluster = options.cluster.as_deref().unwrap_or(of_context);
-    let cluster = kubeconfig
-        .clusters
-        .iter()
-        .find(|named| named.name == cluster)?
-        .cluster
-        .as_ref()?;
-    if cluster.certificate_authority_data.is_some() {
-        return None;
-    }
-    cluster.certificate_authority.as_ref().map(PathBuf::from)
+    // Only a panic of kube's, or a runtime shutting down, ends the task otherwise.
+    infer
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// How kube would authenticate a user. The order is kube's (`Auth::try_from(&AuthInfo)` in
@@ -296,24 +268,20 @@ impl AuthInUse<'_> {
 
 fn auth_in_use(auth: &AuthInfo) -> AuthInUse<'_> {
     if auth.auth_provider.is_some() {
-        return AuthInUse::AuthProvider;
+        AuthInUse::AuthProvider
+    } else if auth.username.is_some() && auth.password.is_some() {
+        AuthInUse::Basic
+    } else if auth.token.is_some() {
+        AuthInUse::InlineToken
+    } else if let Some(path) = &auth.token_file {
+        AuthInUse::TokenFile(path)
+    } else if let Some(exec) = &auth.exec {
+        AuthInUse::Exec(exec)
+    } else if auth.client_certificate.is_some() || auth.client_certificate_data.is_some() {
+        AuthInUse::ClientCertificate
+    } else {
+        AuthInUse::None
     }
-    if auth.username.is_some() && auth.password.is_some() {
-        return AuthInUse::Basic;
-    }
-    if auth.token.is_some() {
-        return AuthInUse::InlineToken;
-    }
-    if let Some(path) = &auth.token_file {
-        return AuthInUse::TokenFile(path);
-    }
-    if let Some(exec) = &auth.exec {
-        return AuthInUse::Exec(exec);
-    }
-    if auth.client_certificate.is_some() || auth.client_certificate_data.is_some() {
-        return AuthInUse::ClientCertificate;
-    }
-    AuthInUse::None
 }
 
 /// kube's own body, buffered ones copied for a resend.

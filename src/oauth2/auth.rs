@@ -31,19 +31,16 @@ pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type
 /// assert_eq!(format!("{auth:?}"), "client_secret_basic(<6 bytes>)");
 /// ```
 #[derive(Clone)]
-pub struct ClientAuth(pub(super) Method);
+pub struct ClientAuth(Method);
 
+/// The method; a client secret is shown by its length only.
 #[derive(Clone)]
-pub(super) enum Method {
+enum Method {
     None,
-    SecretBasic(Secret),
-    SecretPost(Secret),
+    SecretBasic(Arc<str>),
+    SecretPost(Arc<str>),
     AssertionFile(PathBuf),
 }
-
-/// A client secret: shown by its length only.
-#[derive(Clone)]
-pub(super) struct Secret(Arc<str>);
 
 impl ClientAuth {
     /// No authentication: a public client (`none`), which sends its `client_id` in the
@@ -56,12 +53,12 @@ impl ClientAuth {
     /// `client_secret_basic` (RFC 6749 §2.3.1): the client id and `secret`, each
     /// form-urlencoded, in an HTTP Basic `Authorization` header (marked sensitive).
     pub fn client_secret_basic(secret: impl Into<String>) -> Self {
-        ClientAuth(Method::SecretBasic(Secret(secret.into().into())))
+        ClientAuth(Method::SecretBasic(secret.into().into()))
     }
 
     /// `client_secret_post` (RFC 6749 §2.3.1): `client_id` and `client_secret` in the form.
     pub fn client_secret_post(secret: impl Into<String>) -> Self {
-        ClientAuth(Method::SecretPost(Secret(secret.into().into())))
+        ClientAuth(Method::SecretPost(secret.into().into()))
     }
 
     /// A JWT client assertion (RFC 7523 §2.2: `private_key_jwt`, or a workload identity
@@ -77,16 +74,6 @@ impl ClientAuth {
         ClientAuth(Method::AssertionFile(path.into()))
     }
 
-    /// The method's registered name (`client_secret_basic`, `private_key_jwt`, ...).
-    pub(super) fn name(&self) -> &'static str {
-        match &self.0 {
-            Method::None => "none",
-            Method::SecretBasic(_) => "client_secret_basic",
-            Method::SecretPost(_) => "client_secret_post",
-            Method::AssertionFile(_) => "client_assertion_file",
-        }
-    }
-
     /// Adds the client's credentials to `form`, and returns the `Authorization` value of
     /// `client_secret_basic`.
     pub(super) async fn apply(
@@ -94,19 +81,18 @@ impl ClientAuth {
         client_id: &str,
         form: &mut Form,
     ) -> Result<Option<HeaderValue>, Error> {
+        if let Method::SecretBasic(secret) = &self.0 {
+            return Ok(Some(basic(client_id, secret)));
+        }
+        form.push("client_id", client_id);
         match &self.0 {
-            Method::None => form.push("client_id", client_id),
-            Method::SecretBasic(secret) => return Ok(Some(basic(client_id, &secret.0))),
-            Method::SecretPost(secret) => {
-                form.push("client_id", client_id);
-                form.push("client_secret", &secret.0);
-            }
+            Method::SecretPost(secret) => form.push("client_secret", secret),
             Method::AssertionFile(path) => {
                 let assertion = read_token_file("client assertion", path).await?;
-                form.push("client_id", client_id);
                 form.push("client_assertion_type", JWT_BEARER);
                 form.push("client_assertion", &assertion);
             }
+            Method::None | Method::SecretBasic(_) => {}
         }
         Ok(None)
     }
@@ -128,10 +114,9 @@ impl fmt::Debug for ClientAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Method::None => f.write_str("none"),
-            Method::SecretBasic(s) | Method::SecretPost(s) => {
-                write!(f, "{}(<{} bytes>)", self.name(), s.0.len())
-            }
-            Method::AssertionFile(path) => write!(f, "{}({})", self.name(), path.display()),
+            Method::SecretBasic(s) => write!(f, "client_secret_basic(<{} bytes>)", s.len()),
+            Method::SecretPost(s) => write!(f, "client_secret_post(<{} bytes>)", s.len()),
+            Method::AssertionFile(path) => write!(f, "client_assertion_file({})", path.display()),
         }
     }
 }

@@ -1,14 +1,12 @@
 //! [`ClientCredentials`]: the client-credentials grant (RFC 6749 §4.4).
 
-use std::fmt;
 use std::time::Duration;
 
 use http::Uri;
 
 use super::auth::ClientAuth;
 use super::error::Error;
-use super::request::Endpoint;
-use super::request::Form;
+use super::request::{Endpoint, Form};
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
 
@@ -63,17 +61,9 @@ use crate::tls::RootStore;
 ///
 /// `Debug` shows the endpoint, the client id, the authentication method and the
 /// secret's length, never the secret.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ClientCredentials {
     endpoint: Endpoint,
-}
-
-impl fmt::Debug for ClientCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ClientCredentials")
-            .field(&self.endpoint)
-            .finish()
-    }
 }
 
 impl ClientCredentials {
@@ -129,10 +119,7 @@ impl TokenSource for ClientCredentials {
 
     /// `oauth2 client-credentials <client_id> at <endpoint>`.
     fn describe(&self) -> String {
-        format!(
-            "oauth2 client-credentials {} at {}",
-            self.endpoint.client_id, self.endpoint.uri
-        )
+        self.endpoint.describe("client-credentials")
     }
 
     /// 30 s: a remote server, a TLS handshake, perhaps a cold start.

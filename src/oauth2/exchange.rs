@@ -1,14 +1,12 @@
 //! [`TokenExchange`]: token exchange (RFC 8693) of a store's token.
 
-use std::fmt;
 use std::time::Duration;
 
 use http::Uri;
 
 use super::auth::ClientAuth;
 use super::error::Error;
-use super::request::Endpoint;
-use super::request::Form;
+use super::request::{Endpoint, Form};
 use crate::TokenStore;
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
@@ -58,23 +56,12 @@ pub(super) const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 /// let store = TokenStore::builder(source).load().await?;
 /// # let _ = store; Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct TokenExchange {
     endpoint: Endpoint,
     subject: TokenStore,
     subject_token_type: String,
     requested_token_type: Option<String>,
-}
-
-impl fmt::Debug for TokenExchange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TokenExchange")
-            .field("endpoint", &self.endpoint)
-            .field("subject", &self.subject.status().source)
-            .field("subject_token_type", &self.subject_token_type)
-            .field("requested_token_type", &self.requested_token_type)
-            .finish()
-    }
 }
 
 impl TokenExchange {
@@ -149,10 +136,7 @@ impl TokenSource for TokenExchange {
 
     /// `oauth2 token-exchange <client_id> at <endpoint>`.
     fn describe(&self) -> String {
-        format!(
-            "oauth2 token-exchange {} at {}",
-            self.endpoint.client_id, self.endpoint.uri
-        )
+        self.endpoint.describe("token-exchange")
     }
 
     /// 30 s: a remote server, a TLS handshake, perhaps a cold start.

@@ -22,7 +22,7 @@ use crate::tls::{HttpsClient, RootStore};
 const MAX_RESPONSE: usize = 1024 * 1024;
 
 /// What both grants share: where to ask, who asks, and what for.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(super) struct Endpoint {
     pub(super) uri: Uri,
     pub(super) client_id: String,
@@ -31,19 +31,6 @@ pub(super) struct Endpoint {
     pub(super) scopes: Vec<String>,
     pub(super) audiences: Vec<String>,
     pub(super) resources: Vec<String>,
-}
-
-impl fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("uri", &self.uri)
-            .field("client_id", &self.client_id)
-            .field("auth", &self.auth)
-            .field("scopes", &self.scopes)
-            .field("audiences", &self.audiences)
-            .field("resources", &self.resources)
-            .finish()
-    }
 }
 
 impl Endpoint {
@@ -59,6 +46,11 @@ impl Endpoint {
         }
     }
 
+    /// `oauth2 <grant> <client_id> at <endpoint>`.
+    pub(super) fn describe(&self, grant: &str) -> String {
+        format!("oauth2 {grant} {} at {}", self.client_id, self.uri)
+    }
+
     /// Adds the scope, audiences, resources and client authentication to `form` (which
     /// holds the grant's own parameters), POSTs it, and reads the answer.
     pub(super) async fn request(
@@ -71,7 +63,6 @@ impl Endpoint {
                 endpoint: self.uri.clone(),
             });
         }
-        let mut https = self.https.clone();
         if !self.scopes.is_empty() {
             form.push("scope", &self.scopes.join(" "));
         }
@@ -95,18 +86,21 @@ impl Endpoint {
         // The lifetime counts from before the request: the token is never thought to live
         // longer than it does.
         let sent_at = cx.now();
-        let transport =
-            |e: Box<dyn std::error::Error + Send + Sync>| Error::Transport { source: e };
+        let mut https = self.https.clone();
         std::future::poll_fn(|ready| Service::poll_ready(&mut https, ready))
             .await
-            .map_err(|e| transport(e.into()))?;
-        let response = https.call(request).await.map_err(|e| transport(e.into()))?;
+            .map_err(transport)?;
+        let response = https.call(request).await.map_err(transport)?;
         let status = response.status();
         let body = read_answer(response.into_body()).await?;
         let issued = parse(status, &body)?;
         drop(body);
         issued.fetched(sent_at)
     }
+}
+
+fn transport(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+    Error::Transport { source: e.into() }
 }
 
 /// The token endpoint's answer, whole, up to [`MAX_RESPONSE`].
@@ -119,7 +113,7 @@ where
         .collect()
         .await
         .map(|collected| collected.to_bytes())
-        .map_err(|source| Error::Transport { source })
+        .map_err(transport)
 }
 
 /// The longest `expires_in` taken: 2^32 seconds (136 years, the TokenRequest API's
@@ -156,15 +150,13 @@ impl Issued {
     pub(super) fn fetched(self, sent_at: SystemTime) -> Result<Fetched, Error> {
         let mut token = self.access_token;
         let fetched = Fetched::new(std::mem::take(&mut *token));
-        match self.expires_in {
-            None => Ok(fetched),
-            Some(lifetime) => sent_at
-                .checked_add(lifetime)
-                .map(|at| fetched.with_expires_at(at))
-                .ok_or(Error::Response {
-                    problem: "has an expires_in past what the system clock holds",
-                }),
-        }
+        let Some(lifetime) = self.expires_in else {
+            return Ok(fetched);
+        };
+        let at = sent_at.checked_add(lifetime).ok_or(Error::Response {
+            problem: "has an expires_in past what the system clock holds",
+        })?;
+        Ok(fetched.with_expires_at(at))
     }
 }
 
@@ -172,36 +164,24 @@ impl Issued {
 /// of an error, only its `error` and `error_description`.
 pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
     let json: Option<Value> = serde_json::from_slice(body).ok();
+    let field = |name| json.as_ref()?.get(name)?.as_str();
     if !status.is_success() {
-        let error = json
-            .as_ref()
-            .and_then(|v| v.get("error"))
-            .and_then(Value::as_str);
-        return Err(match error {
+        return Err(match field("error") {
             Some(code) => Error::OAuth {
                 status,
                 code: printable(code, 64),
-                description: json
-                    .as_ref()
-                    .and_then(|v| v.get("error_description"))
-                    .and_then(Value::as_str)
-                    .map(|d| printable(d, 512)),
+                description: field("error_description").map(|d| printable(d, 512)),
             },
             None => Error::Status { status },
         });
     }
+    let bad = |problem| Error::Response { problem };
     let Some(Value::Object(mut object)) = json else {
-        return Err(Error::Response {
-            problem: "is not a JSON object",
-        });
+        return Err(bad("is not a JSON object"));
     };
     let access_token = match object.remove("access_token") {
         Some(Value::String(token)) if !token.is_empty() => Zeroizing::new(token),
-        _ => {
-            return Err(Error::Response {
-                problem: "has no access_token",
-            });
-        }
+        _ => return Err(bad("has no access_token")),
     };
     match object.get("token_type") {
         Some(Value::String(t)) if t.eq_ignore_ascii_case("bearer") => {}
@@ -210,40 +190,28 @@ pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
                 token_type: printable(t, 64),
             });
         }
-        _ => {
-            return Err(Error::Response {
-                problem: "has no token_type",
-            });
-        }
+        _ => return Err(bad("has no token_type")),
     }
-    let expires_in = match object.get("expires_in") {
-        None | Some(Value::Null) => None,
+    let not_seconds = || bad("has an expires_in that is not a number of seconds");
+    let seconds = match object.get("expires_in") {
+        None | Some(Value::Null) => 0,
         // Some servers send the number as a string.
-        Some(Value::String(s)) => Some(s.trim().parse::<u64>().map_err(|_| not_seconds())?),
-        Some(Value::Number(n)) => Some(
-            n.as_u64()
-                .or_else(|| n.as_f64().filter(|s| *s >= 0.0).map(|s| s as u64))
-                .ok_or_else(not_seconds)?,
-        ),
+        Some(Value::String(s)) => s.trim().parse().map_err(|_| not_seconds())?,
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|s| *s >= 0.0).map(|s| s as u64))
+            .ok_or_else(not_seconds)?,
         Some(_) => return Err(not_seconds()),
     };
-    let expires_in = expires_in.filter(|&s| s > 0).map(Duration::from_secs);
+    // Zero says nothing useful: the token is kept until a 401, as without one.
+    let expires_in = (seconds > 0).then(|| Duration::from_secs(seconds));
     if expires_in.is_some_and(|lifetime| lifetime > MAX_EXPIRES_IN) {
-        return Err(Error::Response {
-            problem: "has an expires_in over 2^32 seconds (136 years)",
-        });
+        return Err(bad("has an expires_in over 2^32 seconds (136 years)"));
     }
     Ok(Issued {
         access_token,
-        // Zero says nothing useful: the token is kept until a 401, as without one.
         expires_in,
     })
-}
-
-fn not_seconds() -> Error {
-    Error::Response {
-        problem: "has an expires_in that is not a number of seconds",
-    }
 }
 
 /// `s` without control characters, cut to `max` characters.
@@ -296,18 +264,14 @@ impl fmt::Debug for Form {
 /// serializer, which RFC 6749 Appendix B asks for): unreserved bytes as they are, space
 /// as `+`, the rest `%XX`.
 pub(super) fn encode_into(out: &mut String, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    use std::fmt::Write as _;
     for byte in s.bytes() {
         match byte {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
                 out.push(char::from(byte));
             }
             b' ' => out.push('+'),
-            _ => {
-                out.push('%');
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 0xf)]));
-            }
+            _ => write!(out, "%{byte:02X}").expect("a String takes any write"),
         }
     }
 }

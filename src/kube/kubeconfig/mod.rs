@@ -18,68 +18,63 @@ use ::kube::config::KubeConfigOptions;
 
 use super::Error;
 use crate::source::{FetchContext, Fetched, FileSource, TokenSource};
-use crate::store::{LoadError, Store};
+use crate::store::Store;
 
 mod part;
 mod read;
 mod snapshot;
 
-pub(super) use part::{Part, Which};
-use read::{Problem, Selection, absolute_paths, select};
-pub(super) use snapshot::Inline;
-use snapshot::{Shape, Snapshot, snapshot};
+use part::Part;
+pub(super) use part::Which;
+pub(super) use read::ca_file;
+use read::{Problem, absolute_paths, select};
+pub(crate) use snapshot::Snapshot;
+use snapshot::{Inline, Shape, snapshot};
 
 /// The kubeconfig file, parsed into the chosen context's [`Snapshot`] at each read, held to
 /// the [`Shape`] the client was built for.
 pub(crate) struct KubeconfigSource {
     file: FileSource,
-    path: PathBuf,
-    selection: Selection,
-    shape: Shape,
+    parser: KubeconfigParser,
 }
 
 impl KubeconfigSource {
-    fn new(path: &Path, selection: Selection, shape: Shape) -> Self {
+    fn new(path: &Path, selection: KubeConfigOptions, shape: Shape) -> Self {
+        let (path, file) = (path.to_owned(), FileSource::new(path));
         Self {
-            file: FileSource::new(path),
-            path: path.to_owned(),
-            selection,
-            shape,
-        }
-    }
-
-    /// Which of the context's credentials are inline, each a store that follows the file's.
-    pub(super) fn inline(&self) -> Inline {
-        self.shape.inline
-    }
-
-    /// What turns the file's reads into snapshots, for its store.
-    fn parser(&self) -> KubeconfigParser {
-        KubeconfigParser {
-            path: self.path.clone(),
-            selection: self.selection.clone(),
-            shape: self.shape.clone(),
+            file,
+            parser: KubeconfigParser {
+                path,
+                selection,
+                shape,
+            },
         }
     }
 }
 
 /// The chosen context of a read of the file, parsed into its [`Snapshot`], held to the
 /// [`Shape`] the client was built for.
+#[derive(Clone)]
 pub(crate) struct KubeconfigParser {
     path: PathBuf,
-    selection: Selection,
+    selection: KubeConfigOptions,
     shape: Shape,
+}
+
+/// The error of the file at `path`: [`Error::Kubeconfig`] with the problem.
+fn problem(path: &Path) -> impl Fn(Problem) -> Error + '_ {
+    move |problem| Error::Kubeconfig {
+        path: path.to_owned(),
+        source: problem.into(),
+    }
 }
 
 impl KubeconfigParser {
     /// `bytes` parsed, checked and held to the shape.
     pub(super) fn parse(&self, bytes: &[u8], now: SystemTime) -> Result<Snapshot, Error> {
-        let error = |source: Problem| Error::Kubeconfig {
-            path: self.path.clone(),
-            source: source.into(),
-        };
-        let (_, selected) = select(bytes, &self.selection).map_err(error)?;
-        let snapshot = snapshot(&selected, now).map_err(error)?;
+        let error = problem(&self.path);
+        let (_, selected) = select(bytes, &self.selection).map_err(&error)?;
+        let snapshot = snapshot(&selected, now).map_err(&error)?;
         if let Some(change) = snapshot.shape.change_from(&self.shape) {
             return Err(error(Problem::Changed(change)));
         }
@@ -91,18 +86,13 @@ impl TokenSource for KubeconfigSource {
     type Error = Error;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, Error> {
-        self.file.fetch(cx).await.map_err(|e| Error::Kubeconfig {
-            path: self.path.clone(),
-            source: Problem::File(e).into(),
-        })
+        let read = self.file.fetch(cx).await;
+        read.map_err(|e| problem(&self.parser.path)(Problem::File(e)))
     }
 
     fn describe(&self) -> String {
-        format!(
-            "kubeconfig {} (context {})",
-            self.path.display(),
-            self.shape.context
-        )
+        let KubeconfigParser { path, shape, .. } = &self.parser;
+        format!("kubeconfig {} (context {})", path.display(), shape.context)
     }
 
     fn paths(&self) -> &[PathBuf] {
@@ -114,25 +104,21 @@ impl TokenSource for KubeconfigSource {
     }
 }
 
-/// The file at `path` read once: the kube `Config` of the chosen context, and what of it
-/// the file's store will follow.
+/// The file at `path` read once: the kube `Config` of the chosen context, and the store of
+/// the file when it holds credentials inline.
 pub(super) async fn first_read(
     path: &Path,
     options: &KubeConfigOptions,
-) -> Result<(::kube::Config, Option<KubeconfigSource>), Error> {
-    let error = |source: Problem| Error::Kubeconfig {
-        path: path.to_owned(),
-        source: source.into(),
-    };
+) -> Result<(::kube::Config, Option<Store<Snapshot>>), Error> {
+    let error = problem(path);
     let bytes = tokio::fs::read(path)
         .await
         .map_err(|e| error(Problem::Read(e)))?;
-    let selection = Selection::from(options);
-    let (mut kubeconfig, selected) = select(&bytes, &selection).map_err(error)?;
+    let (mut kubeconfig, selected) = select(&bytes, options).map_err(&error)?;
     // Checked now, so that a bad inline credential is this call's error.
-    let shape = snapshot(&selected, SystemTime::now()).map_err(error)?.shape;
+    let Snapshot { shape, .. } = snapshot(&selected, SystemTime::now()).map_err(&error)?;
     absolute_paths(&mut kubeconfig, path);
-    let ca_file = super::ca_file(&kubeconfig, options);
+    let ca_file = ca_file(&kubeconfig, options);
     let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, options)
         .await
         .map_err(|e| Error::Kube(e.into()))?;
@@ -145,18 +131,28 @@ pub(super) async fn first_read(
         // overwrite it).
         config.auth_info.token = None;
     }
-    let source = inline
-        .any()
-        .then(|| KubeconfigSource::new(path, selection, shape));
-    Ok((config, source))
+    if !inline.any() {
+        return Ok((config, None));
+    }
+    let source = KubeconfigSource::new(path, options.clone(), shape);
+    let parser = source.parser.clone();
+    let file = crate::StoreBuilder::of::<Snapshot>(source, parser, |store| store);
+    Ok((config, Some(file.load().await?)))
 }
 
-/// Loads the store of the file read by `source`.
-pub(super) async fn load(source: KubeconfigSource) -> Result<Store<Snapshot>, LoadError> {
-    let parser = source.parser();
-    crate::StoreBuilder::of::<Snapshot>(source, parser, |store| store)
-        .load()
-        .await
+/// The builder of a store of the file's `which` credential, a [`Part`] that follows the
+/// file's store.
+pub(super) fn follow<S>(
+    file: &Store<Snapshot>,
+    which: Which,
+    builder: fn(Part) -> crate::StoreBuilder<S>,
+) -> crate::StoreBuilder<S> {
+    builder(Part::new(file, which)).follow(file)
+}
+
+/// Which of the context's credentials are inline, each a store that follows the file's.
+pub(super) fn inline(file: &Store<Snapshot>) -> Inline {
+    file.current().shape.inline
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! [`Part`]: one inline credential of a kubeconfig, as the source of its own store, taken
 //! out of what the store of the file holds.
 
-use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::snapshot::Snapshot;
@@ -18,16 +18,6 @@ pub(crate) enum Which {
     Roots,
 }
 
-impl Which {
-    fn name(self) -> &'static str {
-        match self {
-            Which::Token => "token",
-            Which::Identity => "client certificate",
-            Which::Roots => "CA bundle",
-        }
-    }
-}
-
 /// One inline credential of the file, as the source of its own store: taken out of what the
 /// file's store holds, which is read again when a server refuses the credential, when the
 /// user reloads, or at the credential's own dates; the store follows the file's store for
@@ -39,11 +29,16 @@ pub(crate) struct Part {
 }
 
 impl Part {
-    pub(crate) fn new(file: Store<Snapshot>, which: Which, origin: &str) -> Self {
+    pub(crate) fn new(file: &Store<Snapshot>, which: Which) -> Self {
+        let name = match which {
+            Which::Token => "token",
+            Which::Identity => "client certificate",
+            Which::Roots => "CA bundle",
+        };
         Self {
-            file,
+            origin: format!("{}: {name}", file.status().source),
+            file: file.clone(),
             which,
-            origin: format!("{origin}: {}", which.name()),
         }
     }
 
@@ -51,16 +46,16 @@ impl Part {
     /// that cannot be used fails its parts' reads too, and each keeps its last good one.
     fn take(&self) -> Result<Fetched, FileFailed> {
         if let Some(error) = self.file.last_error() {
-            return Err(FileFailed(error));
+            return Err(error.into());
         }
         let snapshot = self.file.current();
-        let bytes: Option<&[u8]> = match self.which {
-            Which::Token => snapshot.token.as_ref().map(|s| s.0.as_slice()),
-            Which::Identity => snapshot.identity.as_ref().map(|s| s.0.as_slice()),
-            Which::Roots => snapshot.roots.as_deref(),
-        };
         // The shape holds which credentials are inline: a part is never missing.
-        let bytes = bytes.expect("the file's shape keeps its inline credentials");
+        let bytes = match self.which {
+            Which::Token => snapshot.token.as_ref().map(|s| s.as_slice()),
+            Which::Identity => snapshot.identity.as_ref().map(|s| s.as_slice()),
+            Which::Roots => snapshot.roots.as_deref(),
+        }
+        .expect("the file's shape keeps its inline credentials");
         Ok(Fetched::new(bytes.to_vec()))
     }
 
@@ -86,7 +81,7 @@ impl TokenSource for Part {
                 .reload(cx.trigger(), Recency::AfterNow, OnFailure::Report)
                 .await;
             if let Some(Err(error)) = read {
-                return Err(FileFailed(error));
+                return Err(error.into());
             }
         }
         self.take()
@@ -104,26 +99,15 @@ impl TokenSource for Part {
 
 /// The file's store's read failed: what it says of the file (its error names the file),
 /// without the store's own words again.
-#[derive(Debug)]
-pub(crate) struct FileFailed(LoadError);
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct FileFailed(Arc<dyn std::error::Error + Send + Sync>);
 
-impl FileFailed {
-    fn cause(&self) -> &(dyn std::error::Error + 'static) {
-        match &self.0 {
-            LoadError::Fetch { error, .. } => &**error,
-            other => other,
-        }
-    }
-}
-
-impl fmt::Display for FileFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self.cause(), f)
-    }
-}
-
-impl std::error::Error for FileFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause().source()
+impl From<LoadError> for FileFailed {
+    fn from(error: LoadError) -> Self {
+        FileFailed(match error {
+            LoadError::Fetch { error, .. } => error,
+            other => Arc::new(other),
+        })
     }
 }

@@ -1,28 +1,9 @@
 //! Reading a kubeconfig: its YAML parsed, the context chosen as kube's loader chooses it,
 //! its relative paths made absolute, and what makes one unusable ([`Problem`]).
 
-use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use ::kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig};
-
-/// Which context, cluster and user of the file: kube's [`KubeConfigOptions`].
-#[derive(Debug, Clone, Default)]
-pub(super) struct Selection {
-    pub(super) context: Option<String>,
-    pub(super) cluster: Option<String>,
-    pub(super) user: Option<String>,
-}
-
-impl From<&KubeConfigOptions> for Selection {
-    fn from(options: &KubeConfigOptions) -> Self {
-        Self {
-            context: options.context.clone(),
-            cluster: options.cluster.clone(),
-            user: options.user.clone(),
-        }
-    }
-}
+use ::kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 /// Why a kubeconfig cannot be used: the `#[source]` of [`Error::Kubeconfig`]. Never holds
 /// a secret: a YAML error is reduced to where it is.
@@ -36,8 +17,9 @@ pub(super) enum Problem {
     NotUtf8,
     #[error("is empty")]
     Empty,
+    /// Where in the file, if the YAML error says: ` (line L, column C)`.
     #[error("does not parse as a kubeconfig{0}")]
-    Yaml(Location),
+    Yaml(String),
     #[error("sets no current-context, and none was chosen")]
     NoCurrentContext,
     #[error("has no context {0:?}")]
@@ -73,19 +55,6 @@ pub(super) enum Problem {
     Changed(String),
 }
 
-/// Where in the file a YAML error is, if it says.
-#[derive(Debug)]
-pub(super) struct Location(Option<(usize, usize)>);
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some((line, column)) => write!(f, " (line {line}, column {column})"),
-            None => Ok(()),
-        }
-    }
-}
-
 /// The chosen context of a kubeconfig, as the file held it at one read.
 #[derive(Clone)]
 pub(super) struct Selected {
@@ -99,13 +68,20 @@ pub(super) struct Selected {
 /// The file's YAML parsed, and the chosen context in it, as kube's loader chooses it.
 pub(super) fn select(
     bytes: &[u8],
-    selection: &Selection,
+    selection: &KubeConfigOptions,
 ) -> Result<(Kubeconfig, Selected), Problem> {
     let text = std::str::from_utf8(bytes).map_err(|_| Problem::NotUtf8)?;
     if text.trim().is_empty() {
         return Err(Problem::Empty);
     }
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| Problem::Yaml(location(&e)))?;
+    let selected = selected(&kubeconfig, selection)?;
+    Ok((kubeconfig, selected))
+}
+
+/// The chosen context of `kubeconfig` (the current one, unless `selection` says), as
+/// kube's loader chooses it.
+fn selected(kubeconfig: &Kubeconfig, selection: &KubeConfigOptions) -> Result<Selected, Problem> {
     let context = selection
         .context
         .clone()
@@ -132,30 +108,39 @@ pub(super) fn select(
         .find(|u| u.name == user_name)
         .and_then(|u| u.auth_info.clone())
         .unwrap_or_default();
-    let selected = Selected {
+    Ok(Selected {
         context,
         cluster_name,
         user_name,
         cluster,
         user,
-    };
-    Ok((kubeconfig, selected))
+    })
 }
 
-/// Where a YAML error is, from kube's error's words ("line L column C"), which never
-/// repeat the file's content here.
-fn location(error: &::kube::config::KubeconfigError) -> Location {
-    let text = error.to_string();
-    let number_after = |word: &str| {
-        let at = text.find(word)? + word.len();
-        let digits: String = text[at..]
-            .trim_start_matches([' ', ':'])
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
+/// The chosen context's cluster's `certificate-authority` path (the current context's,
+/// unless `options` says), when it has no `certificate-authority-data` (which kube would
+/// use first).
+pub(in crate::kube) fn ca_file(
+    kubeconfig: &Kubeconfig,
+    options: &KubeConfigOptions,
+) -> Option<PathBuf> {
+    let cluster = selected(kubeconfig, options).ok()?.cluster;
+    let data = cluster.certificate_authority_data;
+    cluster
+        .certificate_authority
+        .filter(|_| data.is_none())
+        .map(PathBuf::from)
+}
+
+/// Where a YAML error is, as the YAML parser's error says: never the file's content.
+fn location(error: &KubeconfigError) -> String {
+    let at = match error {
+        KubeconfigError::Parse(e) => e.location(),
+        _ => None,
     };
-    Location(number_after("line").zip(number_after("column")))
+    at.map_or_else(String::new, |at| {
+        format!(" (line {}, column {})", at.line(), at.column())
+    })
 }
 
 /// The relative paths of the file made absolute against its directory, as kube's
@@ -172,30 +157,21 @@ pub(super) fn absolute_paths(kubeconfig: &mut Kubeconfig, path: &Path) {
             *name = joined.to_owned();
         }
     };
-    for cluster in kubeconfig
-        .clusters
-        .iter_mut()
-        .filter_map(|c| c.cluster.as_mut())
-    {
+    let clusters = kubeconfig.clusters.iter_mut();
+    for cluster in clusters.filter_map(|c| c.cluster.as_mut()) {
         absolute(&mut cluster.certificate_authority);
     }
-    for user in kubeconfig
-        .auth_infos
-        .iter_mut()
-        .filter_map(|u| u.auth_info.as_mut())
-    {
+    let users = kubeconfig.auth_infos.iter_mut();
+    for user in users.filter_map(|u| u.auth_info.as_mut()) {
         absolute(&mut user.client_certificate);
         absolute(&mut user.client_key);
         absolute(&mut user.token_file);
-        if let Some(exec) = user.exec.as_mut() {
-            // A command with a separator, as kube: a bare name is looked up in PATH.
-            if exec
-                .command
-                .as_deref()
-                .is_some_and(|c| c.contains(std::path::MAIN_SEPARATOR))
-            {
-                absolute(&mut exec.command);
-            }
+        // A command with a separator, as kube: a bare name is looked up in PATH.
+        let separator = |c: &str| c.contains(std::path::MAIN_SEPARATOR);
+        if let Some(exec) = user.exec.as_mut()
+            && exec.command.as_deref().is_some_and(separator)
+        {
+            absolute(&mut exec.command);
         }
     }
 }

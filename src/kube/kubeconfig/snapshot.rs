@@ -19,8 +19,7 @@ use crate::token::Token;
 
 /// Bytes that must never be shown: a token, a private key. Wiped when the last snapshot
 /// that holds them is dropped.
-#[derive(Clone)]
-pub(super) struct Secret(pub(super) Arc<Zeroizing<Vec<u8>>>);
+pub(super) type Secret = Arc<Zeroizing<Vec<u8>>>;
 
 /// Which of a context's credentials come from the file itself, each a store of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,30 +74,19 @@ impl Shape {
         let mut cluster = selected.cluster.clone();
         let mut user = selected.user.clone();
         cluster.server = None;
-        if inline.roots {
-            cluster.certificate_authority_data = None;
-        }
-        if inline.token {
-            user.token = None;
-        }
-        if inline.identity {
-            user.client_certificate_data = None;
-            user.client_key_data = None;
-        }
-        let mut hash = Sha256::new();
-        for part in [
-            serde_json::to_vec(&cluster).unwrap_or_default(),
-            serde_json::to_vec(&user).unwrap_or_default(),
-        ] {
-            hash.update((part.len() as u64).to_be_bytes());
-            hash.update(part);
-        }
+        // The inline credentials followed are left out: they change as they rotate.
+        cluster.certificate_authority_data.take_if(|_| inline.roots);
+        user.token.take_if(|_| inline.token);
+        user.client_certificate_data.take_if(|_| inline.identity);
+        user.client_key_data.take_if(|_| inline.identity);
+        let cluster = serde_json::to_vec(&cluster).unwrap_or_default();
+        let user = serde_json::to_vec(&user).unwrap_or_default();
         Self {
             context: selected.context.clone(),
             cluster: selected.cluster_name.clone(),
             user: selected.user_name.clone(),
             server: selected.cluster.server.clone(),
-            settings: hash.finalize().into(),
+            settings: digest([&cluster[..], &user[..]]),
             inline,
         }
     }
@@ -205,10 +193,8 @@ impl Credential for Snapshot {
     }
 
     fn fingerprint(&self) -> String {
-        self.digest[..4]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        let first: [u8; 4] = self.digest[..4].try_into().expect("4 bytes");
+        format!("{:08x}", u32::from_be_bytes(first))
     }
 
     fn logged(&self) -> impl fmt::Display + '_ {
@@ -227,8 +213,8 @@ impl Credential for Snapshot {
 /// The inline credentials of `selected` that are in use, each checked.
 pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot, Problem> {
     let shape = Shape::of(selected);
-    let user = &selected.user;
-    let user_name = || selected.user_name.clone();
+    let (user, user_name) = (&selected.user, &selected.user_name);
+    let (cluster, cluster_name) = (&selected.cluster, &selected.cluster_name);
     let decode = |data: &str, field: &'static str, owner: String| {
         STANDARD
             .decode(data.trim())
@@ -238,49 +224,37 @@ pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot,
         Some(token) if shape.inline.token => {
             let bytes = token.expose_secret().as_bytes();
             Token::parse(bytes).map_err(|source| Problem::Token {
-                user: user_name(),
+                user: user_name.clone(),
                 source,
             })?;
-            Some(Secret(Arc::new(Zeroizing::new(bytes.to_vec()))))
+            Some(Arc::new(Zeroizing::new(bytes.to_vec())))
         }
         _ => None,
     };
     let identity = match (&user.client_certificate_data, &user.client_key_data) {
         (Some(cert), Some(key)) if shape.inline.identity => {
-            let cert = decode(
-                cert,
-                "client-certificate-data",
-                format!("user {}", user_name()),
-            )?;
-            let key = Zeroizing::new(decode(
-                key.expose_secret(),
-                "client-key-data",
-                format!("user {}", user_name()),
-            )?);
-            // Sized at once: a Vec's growth would free a copy of the key unwiped.
-            let mut pem = Zeroizing::new(Vec::with_capacity(cert.len() + 1 + key.len()));
-            pem.extend_from_slice(&cert);
-            pem.push(b'\n');
-            pem.extend_from_slice(&key);
+            let owner = || format!("user {user_name}");
+            let cert = decode(cert, "client-certificate-data", owner())?;
+            let key = decode(key.expose_secret(), "client-key-data", owner())?;
+            let key = Zeroizing::new(key);
+            // Sized at once by `concat`: a Vec's growth would free a copy of the key unwiped.
+            let pem = Zeroizing::new([&cert[..], b"\n", &key[..]].concat());
             #[cfg(feature = "tls")]
             crate::tls::check_identity(&pem, now).map_err(|source| Problem::Identity {
-                user: user_name(),
+                user: user_name.clone(),
                 source,
             })?;
-            Some(Secret(Arc::new(pem)))
+            Some(Arc::new(pem))
         }
         _ => None,
     };
-    let roots = match &selected.cluster.certificate_authority_data {
+    let roots = match &cluster.certificate_authority_data {
         Some(data) if shape.inline.roots => {
-            let pem = decode(
-                data,
-                "certificate-authority-data",
-                format!("cluster {}", selected.cluster_name),
-            )?;
+            let owner = format!("cluster {cluster_name}");
+            let pem = decode(data, "certificate-authority-data", owner)?;
             #[cfg(feature = "tls")]
             crate::tls::check_roots(&pem, now).map_err(|source| Problem::Roots {
-                cluster: selected.cluster_name.clone(),
+                cluster: cluster_name.clone(),
                 source,
             })?;
             Some(Arc::from(pem))
@@ -289,22 +263,27 @@ pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot,
     };
     #[cfg(not(feature = "tls"))]
     let _ = now;
-    let mut hash = Sha256::new();
-    for part in [
-        token.as_ref().map(|s| s.0.as_slice()),
-        identity.as_ref().map(|s| s.0.as_slice()),
-        roots.as_deref(),
-    ] {
-        let part = part.unwrap_or_default();
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
+    let digest = digest([
+        token.as_ref().map_or(&[][..], |s| &s[..]),
+        identity.as_ref().map_or(&[][..], |s| &s[..]),
+        roots.as_deref().unwrap_or_default(),
+    ]);
     Ok(Snapshot {
         shape,
         token,
         identity,
         roots,
-        digest: hash.finalize().into(),
+        digest,
         stamp: Stamp::default(),
     })
+}
+
+/// SHA-256 of `parts`, each after its length: the same for the same parts.
+fn digest<const N: usize>(parts: [&[u8]; N]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    hash.finalize().into()
 }

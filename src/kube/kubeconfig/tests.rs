@@ -37,10 +37,10 @@ current-context: a
     )
 }
 
-fn selection(context: Option<&str>) -> Selection {
-    Selection {
+fn selection(context: Option<&str>) -> KubeConfigOptions {
+    KubeConfigOptions {
         context: context.map(str::to_owned),
-        ..Selection::default()
+        ..KubeConfigOptions::default()
     }
 }
 
@@ -61,7 +61,7 @@ fn the_current_context_unless_one_is_chosen_as_kube_chooses() {
     let (_, chosen) = select(text.as_bytes(), &selection(Some("b"))).unwrap();
     assert_eq!(chosen.user.token_file.as_deref(), Some("bob.token"));
     // kube's overrides of the context's cluster and user.
-    let overridden = Selection {
+    let overridden = KubeConfigOptions {
         context: Some("a".into()),
         cluster: Some("two".into()),
         user: Some("bob".into()),
@@ -72,9 +72,9 @@ fn the_current_context_unless_one_is_chosen_as_kube_chooses() {
         ("two", "bob")
     );
     // A user that is not there is no user, as kube and client-go read it.
-    let missing = Selection {
+    let missing = KubeConfigOptions {
         user: Some("carol".into()),
-        ..Selection::default()
+        ..KubeConfigOptions::default()
     };
     let (_, nobody) = select(text.as_bytes(), &missing).unwrap();
     assert!(nobody.user.token.is_none() && nobody.user.token_file.is_none());
@@ -83,7 +83,7 @@ fn the_current_context_unless_one_is_chosen_as_kube_chooses() {
 #[test]
 fn what_cannot_be_used_is_said_with_where_and_never_the_secret() {
     let text = two_contexts("hunter2", "https://one.example:6443");
-    let cases: [(String, Selection, &str); 5] = [
+    let cases: [(String, KubeConfigOptions, &str); 5] = [
         (text.clone(), selection(Some("c")), "has no context \"c\""),
         (
             text.replace("current-context: a", ""),
