@@ -223,18 +223,23 @@ pub enum Error {
 /// `std::fs`, in its async fns): on the blocking pool, never a runtime thread, which a
 /// mount that hangs would hold along with every task on it.
 async fn infer_config() -> Result<Config, Error> {
-    let runtime = tokio::runtime::Handle::current();
-    let infer = tokio::task::spawn_blocking(move || {
-        let mut config = runtime.block_on(Config::infer())?;
+    kube_loader(|| {
+        let mut config = tokio::runtime::Handle::current().block_on(Config::infer())?;
         if config.root_cert_file.is_none() {
             config.root_cert_file = Kubeconfig::read()
                 .ok()
                 .and_then(|kubeconfig| ca_file(&kubeconfig, &KubeConfigOptions::default()));
         }
         Ok(config)
-    });
+    })
+    .await
+}
+
+/// Runs `load` (kube's config loader, whose async fns read files with `std::fs`) on the
+/// blocking pool, in the runtime's context.
+async fn kube_loader<T: Send + 'static>(load: impl FnOnce() -> T + Send + 'static) -> T {
     // Only a panic of kube's, or a runtime shutting down, ends the task otherwise.
-    infer
+    tokio::task::spawn_blocking(load)
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }

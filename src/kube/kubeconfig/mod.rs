@@ -119,9 +119,13 @@ pub(super) async fn first_read(
     let Snapshot { shape, .. } = snapshot(&selected, SystemTime::now()).map_err(&error)?;
     absolute_paths(&mut kubeconfig, path);
     let ca_file = ca_file(&kubeconfig, options);
-    let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, options)
-        .await
-        .map_err(|e| Error::Kube(e.into()))?;
+    let options_ = options.clone();
+    let mut config = super::kube_loader(move || {
+        let load = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options_);
+        tokio::runtime::Handle::current().block_on(load)
+    })
+    .await
+    .map_err(|e| Error::Kube(e.into()))?;
     if config.root_cert_file.is_none() {
         config.root_cert_file = ca_file;
     }
