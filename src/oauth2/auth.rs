@@ -8,6 +8,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderValue;
+use zeroize::Zeroizing;
 
 use super::error::Error;
 use super::request::{Form, encode_into};
@@ -33,12 +34,12 @@ pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type
 #[derive(Clone)]
 pub struct ClientAuth(Method);
 
-/// The method; a client secret is shown by its length only.
+/// The method; a client secret is shown by its length only, and wiped when dropped.
 #[derive(Clone)]
 enum Method {
     None,
-    SecretBasic(Arc<str>),
-    SecretPost(Arc<str>),
+    SecretBasic(Arc<Zeroizing<String>>),
+    SecretPost(Arc<Zeroizing<String>>),
     AssertionFile(PathBuf),
 }
 
@@ -53,12 +54,12 @@ impl ClientAuth {
     /// `client_secret_basic` (RFC 6749 §2.3.1): the client id and `secret`, each
     /// form-urlencoded, in an HTTP Basic `Authorization` header (marked sensitive).
     pub fn client_secret_basic(secret: impl Into<String>) -> Self {
-        ClientAuth(Method::SecretBasic(secret.into().into()))
+        ClientAuth(Method::SecretBasic(Arc::new(Zeroizing::new(secret.into()))))
     }
 
     /// `client_secret_post` (RFC 6749 §2.3.1): `client_id` and `client_secret` in the form.
     pub fn client_secret_post(secret: impl Into<String>) -> Self {
-        ClientAuth(Method::SecretPost(secret.into().into()))
+        ClientAuth(Method::SecretPost(Arc::new(Zeroizing::new(secret.into()))))
     }
 
     /// A JWT client assertion (RFC 7523 §2.2: `private_key_jwt`, or a workload identity
@@ -98,13 +99,21 @@ impl ClientAuth {
     }
 }
 
-/// `Basic base64(urlencode(id) ":" urlencode(secret))`, marked sensitive.
+/// `Basic base64(urlencode(id) ":" urlencode(secret))`, marked sensitive, in buffers
+/// made at their size and wiped when dropped.
 pub(super) fn basic(client_id: &str, secret: &str) -> HeaderValue {
-    let mut pair = String::new();
+    // Each character encodes to at most three.
+    let mut pair = Zeroizing::new(String::with_capacity(
+        3 * (client_id.len() + secret.len()) + 1,
+    ));
     encode_into(&mut pair, client_id);
     pair.push(':');
     encode_into(&mut pair, secret);
-    let mut value = HeaderValue::try_from(format!("Basic {}", STANDARD.encode(pair)))
+    let mut value = Zeroizing::new(String::with_capacity(6 + pair.len().div_ceil(3) * 4));
+    value.push_str("Basic ");
+    STANDARD.encode_string(pair.as_bytes(), &mut value);
+    let bytes = Zeroizing::new(std::mem::take(&mut *value).into_bytes());
+    let mut value = HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(bytes))
         .expect("base64 is a valid header value");
     value.set_sensitive(true);
     value
@@ -126,7 +135,11 @@ const MAX_FILE: u64 = 64 * 1024;
 
 /// Reads a token (an assertion, a subject token) from `path`: one line of visible ASCII
 /// once surrounding whitespace is trimmed. Errors name the file, never its content.
-pub(super) async fn read_token_file(what: &'static str, path: &Path) -> Result<String, Error> {
+pub(super) async fn read_token_file(
+    what: &'static str,
+    path: &Path,
+) -> Result<Zeroizing<String>, Error> {
+    use tokio::io::AsyncReadExt as _;
     let read_error = |source| Error::ReadFile {
         what,
         path: path.to_owned(),
@@ -137,11 +150,16 @@ pub(super) async fn read_token_file(what: &'static str, path: &Path) -> Result<S
         path: path.to_owned(),
         problem,
     };
-    let len = tokio::fs::metadata(path).await.map_err(read_error)?.len();
-    if len > MAX_FILE {
+    let mut file = tokio::fs::File::open(path).await.map_err(read_error)?;
+    let len = file.metadata().await.map_err(read_error)?.len();
+    // Made at the file's size (one more to see the end), so that no growth frees an
+    // unwiped copy; `take` stops a file that grows past the limit meanwhile.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(len.min(MAX_FILE) as usize + 1));
+    let mut limited = (&mut file).take(MAX_FILE + 1);
+    limited.read_to_end(&mut bytes).await.map_err(read_error)?;
+    if bytes.len() as u64 > MAX_FILE {
         return Err(bad("is larger than 64 KiB"));
     }
-    let bytes = tokio::fs::read(path).await.map_err(read_error)?;
     let token = bytes.trim_ascii();
     if token.is_empty() {
         return Err(bad("is empty"));
@@ -151,5 +169,6 @@ pub(super) async fn read_token_file(what: &'static str, path: &Path) -> Result<S
             "holds more than one token, or characters a token cannot have",
         ));
     }
-    Ok(String::from_utf8(token.to_vec()).expect("visible ASCII is UTF-8"))
+    let token = String::from_utf8(token.to_vec()).expect("visible ASCII is UTF-8");
+    Ok(Zeroizing::new(token))
 }

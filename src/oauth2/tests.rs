@@ -323,14 +323,17 @@ async fn token_files_are_read_whole_trimmed_and_checked() {
 
     std::fs::write(&path, "aaa.bbb.ccc\n").unwrap();
     assert_eq!(
-        read_token_file("client assertion", &path).await.unwrap(),
+        read_token_file("client assertion", &path)
+            .await
+            .unwrap()
+            .as_str(),
         "aaa.bbb.ccc"
     );
     // Up to 64 KiB, as a projected token file may be; a byte more is refused.
     let long = "a".repeat(64 * 1024);
     std::fs::write(&path, &long).unwrap();
     assert_eq!(
-        read_token_file("client assertion", &path).await.unwrap(),
+        *read_token_file("client assertion", &path).await.unwrap(),
         long
     );
     std::fs::write(&path, format!("{long}a")).unwrap();
