@@ -378,7 +378,9 @@ async fn subscribed<C: Credential>(store: &Store<C>, plan: &Plan, limit: Duratio
         paths.join(", ")
     );
     tracing::warn!("{reason}");
-    store.follow_watch_state(WatchState::Degraded { reason });
+    store
+        .downgrade()
+        .set_watch_state(WatchState::Degraded { reason });
     caught_up(store.downgrade(), subscribe, Trigger::Watch)
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::source::Trigger;
-use crate::store::{Credential, OnFailure, ReadsDone, Recency, Store, WatchState, WeakStore};
+use crate::store::{Credential, OnFailure, ReadsDone, Recency, WatchState, WeakStore};
 
 pub(crate) mod chain;
 pub(crate) mod registry;
@@ -62,21 +62,11 @@ pub(crate) async fn start<C: Credential>(
 
 /// The store another follows, whatever its credential.
 pub(crate) trait Leader: Send + Sync + 'static {
-    /// Its reads, as they complete.
+    /// A receiver that changes as each of its reads completes, whatever its result.
     fn reads_done(&self) -> ReadsDone;
 
     /// What it says of its watch.
     fn watch_state(&self) -> WatchState;
-}
-
-impl<C: Credential> Leader for Store<C> {
-    fn reads_done(&self) -> ReadsDone {
-        Store::reads_done(self)
-    }
-
-    fn watch_state(&self) -> WatchState {
-        Store::watch_state(self)
-    }
 }
 
 /// Follows `leader` for the store behind `store`, until either is gone. Subscribes here,
@@ -86,16 +76,12 @@ pub(crate) fn follow<C: Credential>(
     leader: Arc<dyn Leader>,
 ) -> impl Future<Output = ()> + Send + use<C> {
     let mut reads = leader.reads_done();
-    let say = move |store: &WeakStore<C>| {
-        if let Some(follower) = store.upgrade() {
-            follower.follow_watch_state(leader.watch_state());
-        }
-    };
+    let say = move |store: &WeakStore<C>| store.set_watch_state(leader.watch_state());
     // Said at once, as a watcher says it subscribed: the status is right from the load on.
     say(&store);
     // Each fetch starts after the leader's read: it takes what that read found.
     async move {
-        while reads.next().await
+        while reads.changed().await.is_ok()
             && (store.reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report))
                 .await
                 .is_some()

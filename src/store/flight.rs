@@ -74,7 +74,7 @@ pub(super) struct Reads {
 
 /// The last read done, published to the callers waiting for it.
 #[derive(Clone, Default)]
-pub(super) struct Done {
+pub(crate) struct Done {
     read: u64,
     /// `None` before the first reload (the load's result is not kept).
     result: Option<Result<Reloaded, LoadError>>,
@@ -168,26 +168,16 @@ pub(super) async fn fetch(
     timeout: Duration,
     cx: FetchContext,
 ) -> Result<Fetched, LoadError> {
-    let origin = origin.clone();
-    match tokio::time::timeout(timeout, source.fetch_dyn(cx)).await {
-        Ok(fetched) => fetched.map_err(|e| LoadError::Fetch {
-            origin,
-            error: Arc::from(e),
-        }),
-        Err(_) => Err(LoadError::Timeout {
-            origin,
-            after: timeout,
-        }),
-    }
+    let (origin, after) = (origin.clone(), timeout);
+    let Ok(fetched) = tokio::time::timeout(timeout, source.fetch_dyn(cx)).await else {
+        return Err(LoadError::Timeout { origin, after });
+    };
+    fetched.map_err(|e| LoadError::Fetch {
+        origin,
+        error: Arc::from(e),
+    })
 }
 
-/// The reads of a store, as they complete (`Store::reads_done`): what a store that follows
-/// it waits on.
-pub(crate) struct ReadsDone(pub(super) watch::Receiver<Done>);
-
-impl ReadsDone {
-    /// Waits for the next read to complete; `false` once the store is gone.
-    pub(crate) async fn next(&mut self) -> bool {
-        self.0.changed().await.is_ok()
-    }
-}
+/// The reads of a store, as they complete (`Leader::reads_done`): what a store that
+/// follows it waits on.
+pub(crate) type ReadsDone = watch::Receiver<Done>;

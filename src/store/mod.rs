@@ -259,13 +259,10 @@ impl<C: Credential> Store<C> {
     #[cold]
     #[inline(never)]
     pub(crate) fn catch_up(&self, cached: &mut Arc<C>) {
-        let word = self.shared.word();
-        if word & word::GENERATION != cached.generation() {
+        if self.generation() != cached.generation() {
             *cached = self.current();
         }
-        if word & word::STOPPED != 0 {
-            self.shared.revive();
-        }
+        self.revive_if_stopped();
     }
 
     /// Starts the store's refresher again if it stopped: for a reload, for a client that
@@ -281,13 +278,12 @@ impl<C: Credential> Store<C> {
     /// the credential current after the read (see [`TokenStore::reload`]).
     pub(crate) async fn reload(&self) -> Result<Arc<C>, LoadError> {
         self.revive_if_stopped();
-        let result = self
+        (self
             .downgrade()
-            .reload(Trigger::Call, Recency::InFlight, OnFailure::Report)
-            .await;
-        result
-            .expect("the store outlives the call")
-            .map(|_| self.current())
+            .reload(Trigger::Call, Recency::InFlight, OnFailure::Report))
+        .await
+        .expect("the store outlives the call")
+        .map(|_| self.current())
     }
 
     /// A receiver of generation numbers, updated each time a new credential is installed.
@@ -329,8 +325,8 @@ impl<C: Credential> Store<C> {
     /// for by an earlier refusal of the same certainty to the same token within the rate
     /// limit). Only certain refusals count as unauthorized responses in the status.
     fn refused(&self, sent: u64, certainty: Certainty) -> Option<Ticket> {
-        let s = &self.shared;
-        if certainty == Certainty::Certain {
+        let (s, certain) = (&self.shared, certainty == Certainty::Certain);
+        if certain {
             Counters::bump(&s.counters.unauthorized_seen);
             crate::metrics::unauthorized(&s.label);
         }
@@ -356,23 +352,21 @@ impl<C: Credential> Store<C> {
             }
             // Else the first read to start after the response arrived.
             _ => {
-                *last = Some(RefusalRead {
-                    at: now,
-                    generation: sent,
-                    read: arrived + 1,
-                });
-                if certainty == Certainty::Certain {
+                if certain {
                     Counters::bump(&s.counters.unauthorized_reloads);
                 }
-                arrived + 1
+                let (at, generation, read) = (now, sent, arrived + 1);
+                last.insert(RefusalRead {
+                    at,
+                    generation,
+                    read,
+                })
+                .read
             }
         };
         drop(refusals);
-        let ask = Ask {
-            trigger: Trigger::Unauthorized,
-            report: OnFailure::Report,
-        };
-        Some(s.ask(wanted, ask))
+        let (trigger, report) = (Trigger::Unauthorized, OnFailure::Report);
+        Some(s.ask(wanted, Ask { trigger, report }))
     }
 
     /// After a refusal: a token newer than `sent`, installed already or read now, or
@@ -422,31 +416,23 @@ impl<C: Credential> Store<C> {
         crate::metrics::kept_authorization(&self.shared.label);
     }
 
-    // What a store that follows this one reads of it (the credentials of a kubeconfig
-    // follow the store of the file).
-
-    /// A receiver that changes as each read of the source completes, whatever its result.
-    pub(crate) fn reads_done(&self) -> ReadsDone {
-        ReadsDone(self.shared.flight.done.subscribe())
-    }
-
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn last_error(&self) -> Option<LoadError> {
         lock(&self.shared.last_error).clone()
     }
+}
 
-    /// Whether the store learns of changes to its files as they happen.
-    pub(crate) fn watch_state(&self) -> WatchState {
-        lock(&self.shared.watch_state).clone()
+/// What a store that follows this one reads of it (the credentials of a kubeconfig follow
+/// the store of the file).
+impl<C: Credential> crate::refresh::Leader for Store<C> {
+    fn reads_done(&self) -> ReadsDone {
+        self.shared.flight.done.subscribe()
     }
 
-    /// Sets what the store says of its watch (a follower says its leader's).
-    pub(crate) fn follow_watch_state(&self, state: WatchState) {
-        if *lock(&self.shared.watch_state) != state {
-            self.shared.set_watch_state(state);
-        }
+    fn watch_state(&self) -> WatchState {
+        lock(&self.shared.watch_state).clone()
     }
 }
 
@@ -510,7 +496,7 @@ impl<C: Credential> WeakStore<C> {
         wait(done, ticket).await
     }
 
-    /// Records whether the store's file is watched.
+    /// Records whether the store's file is watched (a follower says its leader's).
     pub(crate) fn set_watch_state(&self, state: WatchState) {
         if let Some(shared) = self.shared.upgrade() {
             shared.set_watch_state(state);

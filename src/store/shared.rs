@@ -162,8 +162,11 @@ impl<C: Credential> Shared<C> {
 
     /// Records whether the store's file is watched, and whether anything refreshes it.
     pub(super) fn set_watch_state(&self, state: WatchState) {
-        crate::metrics::watch_state(&self.label, state.metric());
-        *lock(&self.watch_state) = state;
+        let mut current = lock(&self.watch_state);
+        if *current != state {
+            crate::metrics::watch_state(&self.label, state.metric());
+            *current = state;
+        }
     }
 
     /// Installs `token`, a valid read, if it is new.
