@@ -100,21 +100,15 @@ impl Start {
         let (mut base, mut payload, mut links) = (self.dir.clone(), false, 0);
         let mut steps = VecDeque::from([Step::Name(self.name.clone())]);
         while let Some(step) = steps.pop_front() {
-            let name = match step {
-                Step::Name(name) => name,
-                Step::Payload => {
-                    payload = true;
-                    continue;
+            let Step::Name(name) = step else {
+                match step {
+                    Step::Root => base = PathBuf::from("/"),
+                    Step::Parent => _ = base.pop(),
+                    _ => {}
                 }
-                Step::Root => {
-                    (base, payload) = (PathBuf::from("/"), false);
-                    continue;
-                }
-                Step::Parent => {
-                    base.pop();
-                    payload = false;
-                    continue;
-                }
+                // Until a payload's link, or a step out of it.
+                payload = matches!(step, Step::Payload);
+                continue;
             };
             let last = !steps.iter().any(|s| matches!(s, Step::Name(_)));
             let path = base.join(&name);

@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Clock;
 use crate::source::Trigger;
 use crate::store::{Credential, OnFailure, ReadsDone, Recency, WatchState, WeakStore};
 
@@ -26,12 +25,11 @@ pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
 
-/// What a store's refresher does: the timer's period and clock, the files to watch, and
-/// the store to follow.
+/// What a store's refresher does: the timer's period, the files to watch, and the store
+/// to follow.
 #[derive(Clone)]
 pub(crate) struct Plan {
     pub(crate) period: Option<Duration>,
-    pub(crate) clock: Clock,
     pub(crate) watch: Vec<PathBuf>,
     pub(crate) follow: Option<Arc<dyn Leader>>,
 }
@@ -48,7 +46,7 @@ pub(crate) async fn start<C: Credential>(
         true => None,
         false => Some(watch::watch(&registry::GLOBAL, store.clone(), &plan.watch).await),
     };
-    let timer = timer::run(store.clone(), plan.period, plan.clock);
+    let timer = timer::run(store.clone(), plan.period);
     let follower = (plan.follow).map(|leader| follow(store.clone(), leader));
     async move {
         // Dropped at the end, with the store gone: it tells no one.

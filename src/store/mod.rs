@@ -225,10 +225,15 @@ impl<C: Credential> Store<C> {
         Arc::as_ptr(&self.shared) as usize as u64
     }
 
+    /// The store's wall clock.
+    pub(crate) fn clock(&self) -> crate::clock::Clock {
+        self.shared.config.clock
+    }
+
     /// How the current token stands now, on the store's clock (tests).
     #[cfg(test)]
     pub(crate) fn freshness(&self) -> crate::token::Freshness {
-        self.current().freshness_at(self.shared.config.clock.now())
+        self.current().freshness_at(self.clock().now())
     }
 
     /// Whether both are clones of the same store.
