@@ -119,10 +119,9 @@ impl Dir {
     }
 
     fn wake_all(&self) {
-        self.names
-            .values()
-            .flat_map(HashMap::values)
-            .for_each(|s| s.wake());
+        for signal in self.names.values().flat_map(HashMap::values) {
+            signal.wake();
+        }
     }
 
     /// Marks the directory as no longer the one watched at its path, with one warning.
@@ -177,10 +176,8 @@ impl Registry {
             let d = table.dirs.get_mut(&entry.dir)?;
             if let Some(subscribers) = d.names.get_mut(&entry.name) {
                 subscribers.remove(&id);
-                if subscribers.is_empty() {
-                    d.names.remove(&entry.name);
-                }
             }
+            d.names.retain(|_, subscribers| !subscribers.is_empty());
             d.names.is_empty().then_some(())
         };
         if emptied(&mut lock(&self.table)).is_none() {

@@ -14,12 +14,12 @@
 //! dropped store alive; the store aborts it when dropped.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::error::LoadError;
+use super::shared::Config;
 use super::status::Reloaded;
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
@@ -161,15 +161,17 @@ pub(super) async fn wait(
     done.result.clone()
 }
 
-/// Fetches with time limit `timeout`, and wraps the source's error with its origin.
+/// Fetches for `trigger` with the store's size cap, clock and time limit, and wraps the
+/// source's error with its origin.
 pub(super) async fn fetch(
     source: &dyn DynSource,
     origin: &Arc<str>,
-    timeout: Duration,
-    cx: FetchContext,
+    config: &Config,
+    trigger: Trigger,
 ) -> Result<Fetched, LoadError> {
-    let (origin, after) = (origin.clone(), timeout);
-    let Ok(fetched) = tokio::time::timeout(timeout, source.fetch_dyn(cx)).await else {
+    let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
+    let (origin, after) = (origin.clone(), config.fetch_timeout);
+    let Ok(fetched) = tokio::time::timeout(after, source.fetch_dyn(cx)).await else {
         return Err(LoadError::Timeout { origin, after });
     };
     fetched.map_err(|e| LoadError::Fetch {

@@ -32,7 +32,7 @@ use super::error::{Chain, LoadError};
 use super::flight::{Ask, Flight, OnFailure, Ticket, fetch};
 use super::status::{Counters, ExpiryWarnings, Reloaded, WatchState};
 use crate::clock::{Clock, Rfc3339};
-use crate::source::{DynSource, FetchContext, Fetched, Trigger};
+use crate::source::{DynSource, Fetched, Trigger};
 use crate::sync::lock;
 use crate::token::Freshness;
 
@@ -268,9 +268,7 @@ impl<C: Credential> Shared<C> {
         }
         *lock(&self.runtime) = runtime.clone();
         self.set_watch_state(WatchState::Off);
-        runtime.spawn(restart(WeakStore {
-            shared: Arc::downgrade(self),
-        }));
+        runtime.spawn(restart(WeakStore(Arc::downgrade(self))));
         tracing::info!(
             source = %self.origin,
             "the store's refresher started again on the current runtime"
@@ -360,8 +358,7 @@ async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Tr
         trigger,
     };
     loop {
-        let cx = FetchContext::new(task.trigger, config.max_size).on(config.clock);
-        let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await;
+        let fetched = fetch(&*source, &origin, &config, task.trigger).await;
         let Some(shared) = task.store.upgrade() else {
             return;
         };

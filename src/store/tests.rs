@@ -491,7 +491,7 @@ fn a_read_whose_runtime_shuts_down_ends_with_an_error_not_a_hang() {
         }
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while store.0.shared.flight.done.receiver_count() < 2 {
+    while store.0.0.flight.done.receiver_count() < 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "the waiters never joined"
@@ -548,7 +548,7 @@ async fn a_quiet_read_joined_by_a_reporting_caller_reports_its_failure() {
         async move { store.reload().await }
     });
     crate::test_support::eventually("the caller joined", || {
-        store.0.shared.flight.done.receiver_count() >= 2
+        store.0.0.flight.done.receiver_count() >= 2
     })
     .await;
     src.gate.add_permits(1);
@@ -620,7 +620,7 @@ async fn a_read_reports_its_failure_if_any_caller_asked_for_that() {
     let read_by = async |reports: [OnFailure; 2]| {
         let callers = reports.map(ask);
         crate::test_support::eventually("both joined", || {
-            store.0.shared.flight.done.receiver_count() >= 2
+            store.0.0.flight.done.receiver_count() >= 2
         })
         .await;
         src.gate.add_permits(1);
