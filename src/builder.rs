@@ -199,12 +199,6 @@ impl<S> StoreBuilder<S> {
         self.with(|p| p.config.name = Some(name.into()))
     }
 
-    /// The wall clock the store compares token dates to (tests only).
-    #[cfg(test)]
-    pub(crate) fn clock(self, clock: Clock) -> Self {
-        self.with(|p| p.config.clock = clock)
-    }
-
     /// Simulated time for tests (feature `testing`): the store reads the wall-clock time as
     /// `origin` plus the tokio time elapsed since `start`, instead of the system clock.
     ///

@@ -346,9 +346,7 @@ impl fmt::Debug for Token {
                     d.field(name, &date);
                 }
             }
-            TokenKind::Bootstrap { user } => {
-                d.field("id", &bootstrap_id_of(user));
-            }
+            TokenKind::Bootstrap { user } => _ = d.field("id", &bootstrap_id_of(user)),
             TokenKind::Opaque => {}
         }
         d.finish_non_exhaustive()

@@ -221,18 +221,6 @@ impl<C: Credential> Store<C> {
         self.0.config.clock
     }
 
-    /// How the current token stands now, on the store's clock (tests).
-    #[cfg(test)]
-    pub(crate) fn freshness(&self) -> crate::token::Freshness {
-        self.current().freshness_at(self.clock().now())
-    }
-
-    /// Whether both are clones of the same store.
-    #[cfg(test)]
-    pub(crate) fn ptr_eq(&self, other: &Store<C>) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
     /// The current credential. Lock-free.
     pub(crate) fn current(&self) -> Arc<C> {
         self.0.credential.load_full()
@@ -335,29 +323,23 @@ impl<C: Credential> Store<C> {
         let mut refusals = lock(&s.refusals);
         let last = &mut refusals[certainty as usize];
         let now = Instant::now();
-        let wanted = match last {
+        let wanted = match *last {
             // This generation was refused before, and a read was asked for then, within
             // the rate limit: that read started after the server had revoked the token,
             // so its answer (or a later read's) holds for this response too. A token
             // that is simply wrong costs one read per interval, however many requests.
-            Some(r)
-                if r.generation >= sent
-                    && now.duration_since(r.at) < s.config.unauthorized_interval =>
+            Some((at, generation, read))
+                if generation >= sent
+                    && now.duration_since(at) < s.config.unauthorized_interval =>
             {
-                r.read
+                read
             }
             // Else the first read to start after the response arrived.
             _ => {
                 if certain {
                     Counters::bump(&s.counters.unauthorized_reloads);
                 }
-                let (at, generation, read) = (now, sent, arrived + 1);
-                last.insert(RefusalRead {
-                    at,
-                    generation,
-                    read,
-                })
-                .read
+                last.insert((now, sent, arrived + 1)).2
             }
         };
         drop(refusals);
@@ -519,16 +501,6 @@ pub(crate) enum Certainty {
     /// refused after a TLS 1.3 handshake may: or for any other reason.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     Possible,
-}
-
-/// A read asked for by a refusal. A store keeps the last of each [`Certainty`]: each is
-/// rate-limited on its own, so that a possible refusal (a connection that closed, which
-/// may have happened before the rotation was written) never spends the read that a
-/// certain one of the same generation needs.
-struct RefusalRead {
-    at: Instant,
-    generation: u64,
-    read: u64,
 }
 
 /// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and

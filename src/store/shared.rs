@@ -90,8 +90,12 @@ pub(crate) struct Shared<C: Credential> {
     pub(super) runtime: Mutex<tokio::runtime::Handle>,
     pub(super) flight: Flight,
     pub(super) counters: Counters,
-    /// The last read asked for by refusals, by [`Certainty`](super::Certainty).
-    pub(super) refusals: Mutex<[Option<super::RefusalRead>; 2]>,
+    /// The last read asked for by a refusal (when, for which generation, and the read's
+    /// number), by [`Certainty`](super::Certainty): each is rate-limited on its own, so
+    /// that a possible refusal (a connection that closed, which may have happened before
+    /// the rotation was written) never spends the read that a certain one of the same
+    /// generation needs.
+    pub(super) refusals: Mutex<[Option<(std::time::Instant, u64, u64)>; 2]>,
     pub(super) watch_state: Mutex<WatchState>,
     pub(super) expiry: ExpiryWarnings,
     /// How to start the refresher again when it stops while the store lives; `None` for a
@@ -181,7 +185,7 @@ impl<C: Credential> Shared<C> {
                 "token unchanged",
                 "unchanged"
             );
-            return Reloaded::Unchanged;
+            return false;
         }
         let to = old.generation() + 1;
         let stamp = Stamp {
@@ -212,7 +216,7 @@ impl<C: Credential> Shared<C> {
                 Some((w & !word::GENERATION) | to)
             });
         self.generations.send_replace(to);
-        Reloaded::Rotated
+        true
     }
 
     /// Counts, logs and keeps a failed read's error; the credential in use stays.
@@ -301,8 +305,8 @@ impl<C: Credential> Shared<C> {
             .and_then(|f| credential_of(f, &self.parser, &self.origin, &self.config, 0))
             .map(|token| self.install(token, trigger));
         let outcome = match result {
-            Ok(Reloaded::Rotated) => "rotated",
-            Ok(Reloaded::Unchanged) => "unchanged",
+            Ok(true) => "rotated",
+            Ok(false) => "unchanged",
             Err(_) => "failed",
         };
         crate::metrics::reload(&self.label, trigger.as_str(), outcome);
