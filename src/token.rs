@@ -208,9 +208,8 @@ impl Token {
         if let Some(i) = secret.iter().position(|b| !b.is_ascii_graphic()) {
             return Err(TokenError::InvalidByte { offset: start + i });
         }
-        let mut value = Zeroizing::new(Vec::with_capacity(PREFIX.len() + secret.len()));
-        value.extend_from_slice(PREFIX);
-        value.extend_from_slice(secret);
+        // Allocated at its size: no reallocation leaves an unwiped copy behind.
+        let value = Zeroizing::new([PREFIX, secret].concat());
         // The buffer is wiped when the last clone of the header (the last request carrying
         // it) is dropped; each clone only counts up, as a shared buffer's does.
         // Visible ASCII after a fixed prefix is always a valid header value.
@@ -422,8 +421,9 @@ impl Credential for Token {
         Token::fingerprint(self)
     }
 
-    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+    /// Its own `Debug` (its kind, fingerprint and claims, never its secret).
+    fn shown(&self) -> String {
+        format!("{self:?}")
     }
 
     fn seed(&self) -> u64 {

@@ -218,10 +218,8 @@ impl Registry {
         let mut control = lock(&self.control);
         let (stale, failure) = match lock(&self.table).dirs.get(dir) {
             Some(d) if d.armed.is_some() => return Ok(d.epoch),
-            d => (
-                d.is_some_and(|d| d.watched),
-                d.and_then(|d| d.failure.clone()),
-            ),
+            Some(d) => (d.watched, d.failure.clone()),
+            None => (false, None),
         };
         // A directory renamed away keeps its watch: dropped before the path is watched.
         if let Some((watcher, _)) = control.watcher.as_mut()

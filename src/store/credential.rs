@@ -93,8 +93,8 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     fn logged(&self) -> impl fmt::Display + '_;
 
     /// How a store's `Debug` shows it (its `Display` unless it says more).
-    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
+    fn shown(&self) -> String {
+        self.to_string()
     }
 
     /// A number of its own, from its bytes, for drawing a per-credential jitter.

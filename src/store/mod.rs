@@ -159,7 +159,10 @@ impl<C: Credential> fmt::Debug for Store<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(C::KIND.handle)
             .field("source", &self.0.origin)
-            .field("current", &Shown(&**self.0.credential.load()))
+            .field(
+                "current",
+                &format_args!("{}", self.0.credential.load().shown()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -501,16 +504,6 @@ pub(crate) enum Certainty {
     /// refused after a TLS 1.3 handshake may: or for any other reason.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     Possible,
-}
-
-/// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and
-/// claims, never its secret), another credential's `Display`.
-struct Shown<'a, C>(&'a C);
-
-impl<C: Credential> fmt::Debug for Shown<'_, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.debug(f)
-    }
 }
 
 #[cfg(test)]

@@ -366,13 +366,11 @@ async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Tr
         let Some(shared) = task.store.upgrade() else {
             return;
         };
-        match shared.finish(task.read, task.trigger, fetched) {
-            Some(next) => (task.read, task.trigger) = next,
-            None => {
-                task.read = 0;
-                return;
-            }
-        }
+        let Some(next) = shared.finish(task.read, task.trigger, fetched) else {
+            task.read = 0;
+            return;
+        };
+        (task.read, task.trigger) = next;
     }
 }
 
