@@ -50,7 +50,7 @@ pub(crate) enum ChainError {
 }
 
 /// What to watch for a token path: its chain's entries, first the path as given.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Chain {
     pub(crate) entries: Vec<Entry>,
     pub(crate) error: Option<ChainError>,
@@ -93,10 +93,7 @@ impl Start {
 
     /// Follows the chain as it is now (see the module docs).
     pub(crate) fn resolve(&self) -> Chain {
-        let mut chain = Chain {
-            entries: Vec::new(),
-            error: None,
-        };
+        let mut chain = Chain::default();
         let (mut base, mut payload, mut links) = (self.dir.clone(), false, 0);
         let mut steps = VecDeque::from([Step::Name(self.name.clone())]);
         while let Some(step) = steps.pop_front() {

@@ -464,12 +464,10 @@ impl<C: Credential> WeakStore<C> {
         recency: Recency,
         report: OnFailure,
     ) -> Option<Result<Reloaded, LoadError>> {
-        let (done, ticket) = {
-            let shared = self.0.upgrade()?;
-            let wanted = shared.flight.wanted(recency);
-            let ask = Ask { trigger, report };
-            (shared.flight.done.subscribe(), shared.ask(wanted, ask))
-        };
+        let shared = self.0.upgrade()?;
+        let done = shared.flight.done.subscribe();
+        let ticket = shared.ask(shared.flight.wanted(recency), Ask { trigger, report });
+        drop(shared);
         wait(done, ticket).await
     }
 
