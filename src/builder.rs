@@ -95,7 +95,7 @@ impl<S> StoreBuilder<S> {
         S: Send + 'static,
     {
         let parts = Parts {
-            origin: source.describe(),
+            origin: source.describe().into(),
             config: Config {
                 name: None,
                 max_size: C::KIND.max_size,
@@ -299,7 +299,7 @@ struct Parts {
     /// What the store holds.
     kind: Kind,
     /// The source's [`describe`](TokenSource::describe).
-    origin: String,
+    origin: Arc<str>,
     /// The store's options.
     config: Config,
     /// Its refresher's: the source's files to watch, the period, the store it follows.

@@ -240,9 +240,7 @@ impl Token {
     /// When the token expires: the expiry its source gave (an exec plugin's
     /// `expirationTimestamp`, ...), else a JWT's `exp`; `None` when neither is known.
     pub fn expires_at(&self) -> Option<SystemTime> {
-        self.stamp
-            .source_expiry
-            .or_else(|| self.claims().and_then(|c| c.exp))
+        Credential::expires_at(self)
     }
 
     /// The claims, for a JWT.

@@ -174,11 +174,10 @@ impl<C: Credential> Store<C> {
     pub(crate) async fn load(
         source: Arc<dyn DynSource>,
         parser: C::Parser,
-        origin: String,
+        origin: Arc<str>,
         config: Config,
         restart: Option<Restart<C>>,
     ) -> Result<Self, LoadError> {
-        let origin: Arc<str> = origin.into();
         let fetched = fetch(&*source, &origin, &config, Trigger::Load).await?;
         let first: C = credential_of(fetched, &parser, &origin, &config, 1)?;
         event!(C::KIND, info, { source = %origin, token = %first, }, "token loaded", "loaded");

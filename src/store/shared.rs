@@ -188,10 +188,8 @@ impl<C: Credential> Shared<C> {
             return false;
         }
         let to = old.generation() + 1;
-        let stamp = Stamp {
-            generation: to,
-            ..*token.stamp()
-        };
+        let mut stamp = *token.stamp();
+        stamp.generation = to;
         let token = token.stamped(stamp);
         event!(
             C::KIND,
