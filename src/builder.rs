@@ -95,7 +95,7 @@ impl<S> StoreBuilder<S> {
         S: Send + 'static,
     {
         let parts = Parts {
-            origin: source.describe(),
+            origin: source.describe().into(),
             config: Config {
                 name: None,
                 max_size: C::KIND.max_size,
@@ -105,7 +105,6 @@ impl<S> StoreBuilder<S> {
             },
             plan: Plan {
                 period: source.default_refresh_interval(),
-                clock: Clock::default(),
                 watch: source.paths().to_vec(),
                 follow: None,
             },
@@ -120,12 +119,17 @@ impl<S> StoreBuilder<S> {
         }
     }
 
+    /// The builder with `set` applied to its parts.
+    fn with(mut self, set: impl FnOnce(&mut Parts)) -> Self {
+        set(&mut self.parts);
+        self
+    }
+
     /// Fetch again as each read of `leader` completes, and say its watch state: for a
     /// source that takes its credential out of what `leader` holds.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
-    pub(crate) fn follow<C: Credential>(mut self, leader: &Store<C>) -> Self {
-        self.parts.plan.follow = Some(Arc::new(leader.clone()));
-        self
+    pub(crate) fn follow<C: Credential>(self, leader: &Store<C>) -> Self {
+        self.with(|p| p.plan.follow = Some(Arc::new(leader.clone())))
     }
 
     /// How often the source is read again regardless of any event (default: the source's
@@ -142,46 +146,41 @@ impl<S> StoreBuilder<S> {
     /// [`no_periodic_refresh`](Self::no_periodic_refresh).
     ///
     /// [`default_refresh_interval`]: TokenSource::default_refresh_interval
-    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+    pub fn refresh_interval(self, interval: Duration) -> Self {
         assert!(
             interval >= MIN_PERIOD,
             "refresh_interval({interval:?}) is under the least interval, {MIN_PERIOD:?}"
         );
-        self.parts.plan.period = Some(interval);
-        self
+        self.with(|p| p.plan.period = Some(interval))
     }
 
     /// No periodic reads, whatever the source's default: the store reads its source at
     /// load, on each change the watcher sees, at the moments the token's dates tell about,
     /// when a server refuses the token, and when asked ([`reload`](TokenStore::reload)).
-    pub fn no_periodic_refresh(mut self) -> Self {
-        self.parts.plan.period = None;
-        self
+    pub fn no_periodic_refresh(self) -> Self {
+        self.with(|p| p.plan.period = None)
     }
 
     /// Do not watch the source's files for changes (watched by default; a source that
     /// reads no file has nothing to watch). The timer still reads it.
-    pub fn no_watch(mut self) -> Self {
-        self.parts.plan.watch.clear();
-        self
+    pub fn no_watch(self) -> Self {
+        self.with(|p| p.plan.watch.clear())
     }
 
     /// The largest token accepted, in bytes (default 64 KiB); for a certificate or a CA
     /// bundle, the largest PEM file (default 1 MiB for a client certificate and its key,
     /// 16 MiB for a CA bundle). A file is refused from its length, or after reading
     /// at most `max_size + 1` bytes.
-    pub fn max_size(mut self, max_size: usize) -> Self {
-        self.parts.config.max_size = max_size;
-        self
+    pub fn max_size(self, max_size: usize) -> Self {
+        self.with(|p| p.config.max_size = max_size)
     }
 
     /// The least time between two fetches triggered by unauthorized responses to the same
     /// token (default 1 s), so that a token that is simply wrong costs one fetch per
     /// interval, however many requests it fails. A token newer than the last one refused
     /// gets a fetch at once.
-    pub fn unauthorized_reload_interval(mut self, interval: Duration) -> Self {
-        self.parts.config.unauthorized_interval = interval;
-        self
+    pub fn unauthorized_reload_interval(self, interval: Duration) -> Self {
+        self.with(|p| p.config.unauthorized_interval = interval)
     }
 
     /// How long one fetch may take before it counts as failed (default: the source's
@@ -189,24 +188,15 @@ impl<S> StoreBuilder<S> {
     /// read stuck on a dead mount or a hung plugin must not hold up every later reload.
     ///
     /// [`default_fetch_timeout`]: TokenSource::default_fetch_timeout
-    pub fn fetch_timeout(mut self, limit: Duration) -> Self {
-        self.parts.config.fetch_timeout = limit;
-        self
+    pub fn fetch_timeout(self, limit: Duration) -> Self {
+        self.with(|p| p.config.fetch_timeout = limit)
     }
 
     /// The store's name: the `source` label of its metrics (feature `metrics`), such as a
     /// tenant's. By default its source's description (`file /var/run/...`). Never put a
     /// token in it.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.parts.config.name = Some(name.into());
-        self
-    }
-
-    /// The wall clock the store compares token dates to (tests only).
-    #[cfg(test)]
-    pub(crate) fn clock(mut self, clock: Clock) -> Self {
-        self.parts.config.clock = clock;
-        self
+    pub fn name(self, name: impl Into<String>) -> Self {
+        self.with(|p| p.config.name = Some(name.into()))
     }
 
     /// Simulated time for tests (feature `testing`): the store reads the wall-clock time as
@@ -242,12 +232,11 @@ impl<S> StoreBuilder<S> {
     /// ```
     #[cfg(feature = "testing")]
     pub fn simulated_clock(
-        mut self,
+        self,
         origin: std::time::SystemTime,
         start: tokio::time::Instant,
     ) -> Self {
-        self.parts.config.clock = Clock::Tokio(origin, start);
-        self
+        self.with(|p| p.config.clock = Clock::Tokio(origin, start))
     }
 
     /// Fetches the first token and returns a store that keeps it fresh, with its timer and
@@ -268,7 +257,7 @@ impl<S> StoreBuilder<S> {
     /// A [`LoadError`] naming the source when the first fetch fails, takes longer than the
     /// time limit, or does not yield a valid credential.
     pub async fn load(self) -> Result<S, LoadError> {
-        let (store, refresher) = (self.build)(self.parts, Refresher::Spawned).await?;
+        let (store, refresher) = (self.build)(self.parts, true).await?;
         tokio::spawn(refresher);
         Ok(store)
     }
@@ -300,7 +289,7 @@ impl<S> StoreBuilder<S> {
     /// # Ok(()) }
     /// ```
     pub async fn pair(self) -> Result<(S, impl Future<Output = ()> + Send + 'static), LoadError> {
-        (self.build)(self.parts, Refresher::Caller).await
+        (self.build)(self.parts, false).await
     }
 }
 
@@ -310,46 +299,31 @@ struct Parts {
     /// What the store holds.
     kind: Kind,
     /// The source's [`describe`](TokenSource::describe).
-    origin: String,
-    /// The store's options (its clock is the plan's too).
+    origin: Arc<str>,
+    /// The store's options.
     config: Config,
     /// Its refresher's: the source's files to watch, the period, the store it follows.
     plan: Plan,
 }
 
-/// Who runs a store's refresher.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refresher {
-    /// Spawned on the current runtime, and spawned again by the store if that runtime
-    /// goes ([`StoreBuilder::load`]).
-    Spawned,
-    /// Handed to the caller ([`StoreBuilder::pair`]).
-    Caller,
-}
-
-/// How a builder builds its store and hands it out.
+/// How a builder builds its store and hands it out: with whether the crate runs its
+/// refresher (spawned on the current runtime, and spawned again by the store if that
+/// runtime goes: [`StoreBuilder::load`]) or the caller does ([`StoreBuilder::pair`]).
 type Build<S> = Box<
-    dyn FnOnce(
-            Parts,
-            Refresher,
-        ) -> Pin<Box<dyn Future<Output = Result<(S, Running), LoadError>> + Send>>
+    dyn FnOnce(Parts, bool) -> Pin<Box<dyn Future<Output = Result<(S, Running), LoadError>> + Send>>
         + Send,
 >;
 
 /// Loads a store of `C` and hands it out as `finish` makes it, with its refresher to run
-/// (which the store starts again if `refresher` says the crate runs it).
+/// (which the store starts again if the crate runs it: `spawned`).
 async fn build<C: Credential, S>(
     parts: Parts,
     parser: C::Parser,
-    refresher: Refresher,
+    spawned: bool,
     finish: fn(Store<C>) -> S,
 ) -> Result<(S, Running), LoadError> {
-    let plan = Plan {
-        clock: parts.config.clock,
-        ..parts.plan
-    };
-    let limit = parts.config.fetch_timeout;
-    let restart = (refresher == Refresher::Spawned).then(|| {
+    let (plan, limit) = (parts.plan, parts.config.fetch_timeout);
+    let restart = spawned.then(|| {
         let plan = plan.clone();
         Box::new(move |weak: WeakStore<C>| {
             let subscribe = refresh::start(weak.clone(), plan.clone());
@@ -378,8 +352,9 @@ async fn subscribed<C: Credential>(store: &Store<C>, plan: &Plan, limit: Duratio
         paths.join(", ")
     );
     tracing::warn!("{reason}");
-    store.follow_watch_state(WatchState::Degraded { reason });
-    caught_up(store.downgrade(), subscribe, Trigger::Watch)
+    let weak = store.downgrade();
+    weak.set_watch_state(WatchState::Degraded { reason });
+    caught_up(weak, subscribe, Trigger::Watch)
 }
 
 /// The refresher `subscribe` yields, run after one read (for `trigger`) of what changed

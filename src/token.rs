@@ -48,13 +48,16 @@
 //! ```
 
 use std::fmt;
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use crate::clock::Rfc3339;
+use crate::source::Fetched;
+use crate::store::{Credential, Kind, LoadError};
 
 pub(crate) mod claims;
 pub(crate) use claims::{Claims, Freshness};
@@ -106,23 +109,6 @@ pub enum TokenError {
         /// The cap in force, in bytes.
         max: usize,
     },
-}
-
-/// A short, non-secret identifier of a token: the first 8 hex digits of its SHA-256.
-#[derive(Clone, Copy)]
-pub(crate) struct Fingerprint(u32);
-
-impl Fingerprint {
-    /// The fingerprint as a number, for keying per-token jitter.
-    pub(crate) fn as_u64(self) -> u64 {
-        self.0.into()
-    }
-}
-
-impl fmt::Display for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:08x}", self.0)
-    }
 }
 
 /// What a token is, as far as can be told without verifying it. Holds no secret.
@@ -222,9 +208,8 @@ impl Token {
         if let Some(i) = secret.iter().position(|b| !b.is_ascii_graphic()) {
             return Err(TokenError::InvalidByte { offset: start + i });
         }
-        let mut value = Zeroizing::new(Vec::with_capacity(PREFIX.len() + secret.len()));
-        value.extend_from_slice(PREFIX);
-        value.extend_from_slice(secret);
+        // Allocated at its size: no reallocation leaves an unwiped copy behind.
+        let value = Zeroizing::new([PREFIX, secret].concat());
         // The buffer is wiped when the last clone of the header (the last request carrying
         // it) is dropped; each clone only counts up, as a shared buffer's does.
         // Visible ASCII after a fixed prefix is always a valid header value.
@@ -255,9 +240,7 @@ impl Token {
     /// When the token expires: the expiry its source gave (an exec plugin's
     /// `expirationTimestamp`, ...), else a JWT's `exp`; `None` when neither is known.
     pub fn expires_at(&self) -> Option<SystemTime> {
-        self.stamp
-            .source_expiry
-            .or_else(|| self.claims().and_then(|c| c.exp))
+        Credential::expires_at(self)
     }
 
     /// The claims, for a JWT.
@@ -266,17 +249,6 @@ impl Token {
             TokenKind::Jwt(claims) => Some(claims),
             _ => None,
         }
-    }
-
-    /// The store's stamp on it.
-    pub(crate) fn stamp(&self) -> &Stamp {
-        &self.stamp
-    }
-
-    /// The same token with `stamp`.
-    pub(crate) fn stamped(mut self, stamp: Stamp) -> Self {
-        self.stamp = stamp;
-        self
     }
 
     /// When the token is due to be replaced: when its source asked to be fetched again
@@ -290,19 +262,6 @@ impl Token {
             .or_else(|| self.claims().and_then(Claims::rotate_hint))
     }
 
-    /// How the token stands at `now` against the dates in its claims, and the expiry its
-    /// source gave.
-    pub(crate) fn freshness_at(&self, now: SystemTime) -> Freshness {
-        let claims = self
-            .claims()
-            .map_or(Freshness::Unknown, |c| c.freshness_at(now));
-        match self.stamp.source_expiry {
-            Some(exp) if now >= exp => Freshness::Expired,
-            Some(_) if claims == Freshness::Unknown => Freshness::Fresh,
-            _ => claims,
-        }
-    }
-
     /// The `Authorization` header value, `Bearer <token>`, marked sensitive.
     pub fn header_value(&self) -> &HeaderValue {
         &self.header
@@ -311,13 +270,13 @@ impl Token {
     /// The token's fingerprint, safe to log: the first 8 hex digits of the SHA-256 of the
     /// token (`1a2b3c4d`).
     pub fn fingerprint(&self) -> String {
-        self.short_fingerprint().to_string()
+        format!("{:08x}", self.short_fingerprint())
     }
 
-    /// The fingerprint, as logs show it and timers key their jitter on.
-    pub(crate) fn short_fingerprint(&self) -> Fingerprint {
+    /// The fingerprint as a number (shown as 8 hex digits), as timers key their jitter on.
+    fn short_fingerprint(&self) -> u32 {
         let [a, b, c, d, ..] = self.digest;
-        Fingerprint(u32::from_be_bytes([a, b, c, d]))
+        u32::from_be_bytes([a, b, c, d])
     }
 
     /// The store generation this token was installed as (0 until a store installs it).
@@ -329,11 +288,6 @@ impl Token {
     /// When the bytes of this token were read.
     pub fn loaded_at(&self) -> SystemTime {
         self.stamp.loaded_at
-    }
-
-    /// Whether both tokens carry the same secret.
-    pub(crate) fn same_secret(&self, other: &Token) -> bool {
-        self.digest == other.digest
     }
 }
 
@@ -375,7 +329,10 @@ impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Token");
         d.field("kind", &format_args!("{}", self.kind.name()))
-            .field("fingerprint", &format_args!("{}", self.short_fingerprint()))
+            .field(
+                "fingerprint",
+                &format_args!("{:08x}", self.short_fingerprint()),
+            )
             .field("generation", &self.stamp.generation);
         match &self.kind {
             TokenKind::Jwt(claims) => {
@@ -386,9 +343,7 @@ impl fmt::Debug for Token {
                     d.field(name, &date);
                 }
             }
-            TokenKind::Bootstrap { user } => {
-                d.field("id", &bootstrap_id_of(user));
-            }
+            TokenKind::Bootstrap { user } => _ = d.field("id", &bootstrap_id_of(user)),
             TokenKind::Opaque => {}
         }
         d.finish_non_exhaustive()
@@ -399,7 +354,12 @@ impl fmt::Debug for Token {
 /// 2026-11-29T13:00:07Z)`, `bootstrap token 1a2b3c4d (id abcdef)`, `opaque token 1a2b3c4d`.
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} token {}", self.kind.name(), self.short_fingerprint())?;
+        write!(
+            f,
+            "{} token {:08x}",
+            self.kind.name(),
+            self.short_fingerprint()
+        )?;
         let parts: Vec<String> = match &self.kind {
             TokenKind::Jwt(c) => (c.sub.iter().map(|sub| format!("sub {sub}")))
                 .chain(shown_dates(c).map(|(name, date)| format!("{name} {date}")))
@@ -413,6 +373,105 @@ impl fmt::Display for Token {
         write!(f, " ({})", parts.join(", "))
     }
 }
+
+/// A token as a store holds it.
+impl Credential for Token {
+    const KIND: Kind = Kind::TOKEN;
+
+    type Parser = ();
+
+    /// Validates the bytes as a token, with the source's dates.
+    fn from_fetched(
+        fetched: Fetched,
+        _: &(),
+        origin: &Arc<str>,
+        max_size: usize,
+        _: SystemTime,
+    ) -> Result<Self, LoadError> {
+        Token::parse_capped(fetched.bytes(), max_size).map_err(|source| LoadError::Invalid {
+            origin: origin.clone(),
+            source,
+        })
+    }
+
+    fn stamp(&self) -> &Stamp {
+        &self.stamp
+    }
+
+    fn stamped(self, stamp: Stamp) -> Self {
+        Self { stamp, ..self }
+    }
+
+    /// Whether both tokens carry the same secret.
+    fn same(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+
+    fn subject(&self) -> Option<&str> {
+        Token::subject(self)
+    }
+
+    fn fingerprint(&self) -> String {
+        Token::fingerprint(self)
+    }
+
+    fn logged(&self) -> impl fmt::Display + '_ {
+        Token::fingerprint(self)
+    }
+
+    /// Its own `Debug` (its kind, fingerprint and claims, never its secret).
+    fn shown(&self) -> String {
+        format!("{self:?}")
+    }
+
+    fn seed(&self) -> u64 {
+        self.short_fingerprint().into()
+    }
+
+    fn own_expiry(&self) -> Option<SystemTime> {
+        self.claims().and_then(|c| c.exp)
+    }
+
+    /// How the token stands at `now` against the dates in its claims, and the expiry its
+    /// source gave.
+    fn freshness_at(&self, now: SystemTime) -> Freshness {
+        let claims = self
+            .claims()
+            .map_or(Freshness::Unknown, |c| c.freshness_at(now));
+        match self.stamp.source_expiry {
+            Some(exp) if now >= exp => Freshness::Expired,
+            Some(_) if claims == Freshness::Unknown => Freshness::Fresh,
+            _ => claims,
+        }
+    }
+
+    /// A projected token's rotation point (the kubelet's 80%, and its jitter) and the
+    /// point it is overdue, when its source gave no dates of its own.
+    fn own_moments(&self) -> [Option<SystemTime>; 2] {
+        let claims = self.claims();
+        [
+            claims
+                .and_then(|c| c.rotation_point())
+                .and_then(|at| at.checked_add(KUBELET_JITTER)),
+            claims.and_then(|c| c.overdue_at()),
+        ]
+    }
+
+    fn overdue_at(&self) -> Option<SystemTime> {
+        self.claims().and_then(|c| c.overdue_at())
+    }
+
+    fn issued_at(&self) -> Option<SystemTime> {
+        self.claims().and_then(|c| c.iat)
+    }
+
+    fn refresh_at(&self) -> Option<SystemTime> {
+        Token::refresh_at(self)
+    }
+}
+
+/// How long after the kubelet's rotation point the file is re-read: its jitter.
+const KUBELET_JITTER: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,14 @@
 use super::*;
 use crate::source::{FileSource, FnSource};
 
+/// Test-only options.
+impl<S> StoreBuilder<S> {
+    /// The wall clock the store compares token dates to.
+    pub(crate) fn clock(self, clock: Clock) -> Self {
+        self.with(|p| p.config.clock = clock)
+    }
+}
+
 #[tokio::test]
 async fn two_loads_of_one_file_are_two_stores() {
     let dir = tempfile::tempdir().unwrap();

@@ -50,7 +50,7 @@ pub(crate) enum ChainError {
 }
 
 /// What to watch for a token path: its chain's entries, first the path as given.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Chain {
     pub(crate) entries: Vec<Entry>,
     pub(crate) error: Option<ChainError>,
@@ -93,28 +93,19 @@ impl Start {
 
     /// Follows the chain as it is now (see the module docs).
     pub(crate) fn resolve(&self) -> Chain {
-        let mut chain = Chain {
-            entries: Vec::new(),
-            error: None,
-        };
+        let mut chain = Chain::default();
         let (mut base, mut payload, mut links) = (self.dir.clone(), false, 0);
         let mut steps = VecDeque::from([Step::Name(self.name.clone())]);
         while let Some(step) = steps.pop_front() {
-            let name = match step {
-                Step::Name(name) => name,
-                Step::Payload => {
-                    payload = true;
-                    continue;
+            let Step::Name(name) = step else {
+                match step {
+                    Step::Root => base = PathBuf::from("/"),
+                    Step::Parent => _ = base.pop(),
+                    _ => {}
                 }
-                Step::Root => {
-                    (base, payload) = (PathBuf::from("/"), false);
-                    continue;
-                }
-                Step::Parent => {
-                    base.pop();
-                    payload = false;
-                    continue;
-                }
+                // Until a payload's link, or a step out of it.
+                payload = matches!(step, Step::Payload);
+                continue;
             };
             let last = !steps.iter().any(|s| matches!(s, Step::Name(_)));
             let path = base.join(&name);

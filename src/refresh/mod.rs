@@ -17,21 +17,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Clock;
 use crate::source::Trigger;
-use crate::store::{Credential, OnFailure, ReadsDone, Recency, Store, WatchState, WeakStore};
+use crate::store::{Credential, OnFailure, ReadsDone, Recency, WatchState, WeakStore};
 
 pub(crate) mod chain;
 pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
 
-/// What a store's refresher does: the timer's period and clock, the files to watch, and
-/// the store to follow.
+/// What a store's refresher does: the timer's period, the files to watch, and the store
+/// to follow.
 #[derive(Clone)]
 pub(crate) struct Plan {
     pub(crate) period: Option<Duration>,
-    pub(crate) clock: Clock,
     pub(crate) watch: Vec<PathBuf>,
     pub(crate) follow: Option<Arc<dyn Leader>>,
 }
@@ -48,7 +46,7 @@ pub(crate) async fn start<C: Credential>(
         true => None,
         false => Some(watch::watch(&registry::GLOBAL, store.clone(), &plan.watch).await),
     };
-    let timer = timer::run(store.clone(), plan.period, plan.clock);
+    let timer = timer::run(store.clone(), plan.period);
     let follower = (plan.follow).map(|leader| follow(store.clone(), leader));
     async move {
         // Dropped at the end, with the store gone: it tells no one.
@@ -62,21 +60,11 @@ pub(crate) async fn start<C: Credential>(
 
 /// The store another follows, whatever its credential.
 pub(crate) trait Leader: Send + Sync + 'static {
-    /// Its reads, as they complete.
+    /// A receiver that changes as each of its reads completes, whatever its result.
     fn reads_done(&self) -> ReadsDone;
 
     /// What it says of its watch.
     fn watch_state(&self) -> WatchState;
-}
-
-impl<C: Credential> Leader for Store<C> {
-    fn reads_done(&self) -> ReadsDone {
-        Store::reads_done(self)
-    }
-
-    fn watch_state(&self) -> WatchState {
-        Store::watch_state(self)
-    }
 }
 
 /// Follows `leader` for the store behind `store`, until either is gone. Subscribes here,
@@ -86,16 +74,12 @@ pub(crate) fn follow<C: Credential>(
     leader: Arc<dyn Leader>,
 ) -> impl Future<Output = ()> + Send + use<C> {
     let mut reads = leader.reads_done();
-    let say = move |store: &WeakStore<C>| {
-        if let Some(follower) = store.upgrade() {
-            follower.follow_watch_state(leader.watch_state());
-        }
-    };
+    let say = move |store: &WeakStore<C>| store.set_watch_state(leader.watch_state());
     // Said at once, as a watcher says it subscribed: the status is right from the load on.
     say(&store);
     // Each fetch starts after the leader's read: it takes what that read found.
     async move {
-        while reads.next().await
+        while reads.changed().await.is_ok()
             && (store.reload(Trigger::Watch, Recency::AfterNow, OnFailure::Report))
                 .await
                 .is_some()

@@ -119,10 +119,9 @@ impl Dir {
     }
 
     fn wake_all(&self) {
-        self.names
-            .values()
-            .flat_map(HashMap::values)
-            .for_each(|s| s.wake());
+        for signal in self.names.values().flat_map(HashMap::values) {
+            signal.wake();
+        }
     }
 
     /// Marks the directory as no longer the one watched at its path, with one warning.
@@ -177,10 +176,8 @@ impl Registry {
             let d = table.dirs.get_mut(&entry.dir)?;
             if let Some(subscribers) = d.names.get_mut(&entry.name) {
                 subscribers.remove(&id);
-                if subscribers.is_empty() {
-                    d.names.remove(&entry.name);
-                }
             }
+            d.names.retain(|_, subscribers| !subscribers.is_empty());
             d.names.is_empty().then_some(())
         };
         if emptied(&mut lock(&self.table)).is_none() {
@@ -221,10 +218,8 @@ impl Registry {
         let mut control = lock(&self.control);
         let (stale, failure) = match lock(&self.table).dirs.get(dir) {
             Some(d) if d.armed.is_some() => return Ok(d.epoch),
-            d => (
-                d.is_some_and(|d| d.watched),
-                d.and_then(|d| d.failure.clone()),
-            ),
+            Some(d) => (d.watched, d.failure.clone()),
+            None => (false, None),
         };
         // A directory renamed away keeps its watch: dropped before the path is watched.
         if let Some((watcher, _)) = control.watcher.as_mut()

@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::clock::{Clock, jitter};
+use crate::clock::jitter;
 use crate::source::Trigger;
 use crate::store::{Credential, OnFailure, Recency, WeakStore};
 
@@ -57,16 +57,18 @@ pub(crate) fn spread(period: Duration) -> Duration {
 }
 
 /// Re-reads the store's source every `period` (if any), and at the moments the current
-/// token tells about (see the module docs), until the store is dropped.
-pub(crate) async fn run<C: Credential>(
-    store: WeakStore<C>,
-    period: Option<Duration>,
-    clock: Clock,
-) {
+/// token tells about (see the module docs), on the store's clock, until the store is
+/// dropped.
+pub(crate) async fn run<C: Credential>(store: WeakStore<C>, period: Option<Duration>) {
     let period = period.map(|p| p.max(MIN_PERIOD));
-    let Some((mut rotations, key, due)) =
-        (store.upgrade()).map(|s| (s.subscribe(), s.jitter_key(), due_at_once(&*s.current())))
-    else {
+    let Some((mut rotations, key, due, clock)) = (store.upgrade()).map(|s| {
+        (
+            s.subscribe(),
+            s.jitter_key(),
+            due_at_once(&*s.current()),
+            s.clock(),
+        )
+    }) else {
         return;
     };
     let cap = period.unwrap_or(MAX_RETRY);

@@ -186,8 +186,7 @@ impl<C: Credential> Watcher<C> {
             }
             self.entries = entries;
         }
-        let mut missed = false;
-        let mut seen = HashMap::new();
+        let (mut missed, mut seen) = (false, HashMap::new());
         for entry in &self.entries {
             if seen.contains_key(&entry.dir) {
                 continue;
@@ -195,16 +194,11 @@ impl<C: Credential> Watcher<C> {
             let state = self.registry.arm(&entry.dir);
             let epoch = state.as_ref().ok().copied();
             missed |= epoch.is_some() && self.seen.get(&entry.dir) != Some(&epoch);
-            if let Err(reason) = state {
-                problem.get_or_insert(reason);
-            }
+            problem = problem.or(state.err());
             seen.insert(entry.dir.clone(), epoch);
         }
         self.seen = seen;
-        let state = match problem {
-            None => WatchState::Active,
-            Some(reason) => WatchState::Degraded { reason },
-        };
+        let state = problem.map_or(WatchState::Active, |reason| WatchState::Degraded { reason });
         let changed = (self.state.as_ref() != Some(&state)).then(|| state.clone());
         self.state = Some(state);
         (missed, changed)

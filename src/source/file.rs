@@ -133,9 +133,6 @@ impl TokenSource for FileSource {
     }
 }
 
-/// The room a read of unknown length starts with: the store's default cap on a token.
-const DEFAULT_ROOM: usize = 64 * 1024;
-
 /// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
 /// an oversize stream is still refused by the token's validation).
 fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileError> {
@@ -163,7 +160,7 @@ fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileErr
     // token of the default cap: the buffer moves, leaving an unwiped copy, only past that,
     // or if a file grows while it is read, which no atomic writer does.
     let room = match meta.len() {
-        0 => DEFAULT_ROOM,
+        0 => crate::token::DEFAULT_MAX_SIZE,
         len => usize::try_from(len).unwrap_or(usize::MAX),
     };
     let mut bytes = Zeroizing::new(Vec::with_capacity(room.min(cap)));

@@ -12,8 +12,8 @@ use std::time::SystemTime;
 
 use super::error::LoadError;
 use crate::source::Fetched;
+use crate::token::Freshness;
 pub(crate) use crate::token::Stamp;
-use crate::token::{Freshness, Token};
 
 /// Logs one event of a store: with message `$token` for a token store, and for a store of
 /// another credential with `$other` and the credential named.
@@ -52,7 +52,7 @@ impl Kind {
     };
 }
 
-/// What a store holds. Implemented by [`Token`] and (feature `tls`) by a
+/// What a store holds. Implemented by [`Token`](crate::Token) and (feature `tls`) by a
 /// client identity and a CA bundle.
 pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     /// What it is.
@@ -93,8 +93,8 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
     fn logged(&self) -> impl fmt::Display + '_;
 
     /// How a store's `Debug` shows it (its `Display` unless it says more).
-    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
+    fn shown(&self) -> String {
+        self.to_string()
     }
 
     /// A number of its own, from its bytes, for drawing a per-credential jitter.
@@ -158,90 +158,3 @@ pub(crate) trait Credential: fmt::Display + Send + Sync + Sized + 'static {
         self.freshness_at(now) == Freshness::Expired
     }
 }
-
-impl Credential for Token {
-    const KIND: Kind = Kind::TOKEN;
-
-    type Parser = ();
-
-    /// Validates the bytes as a token, with the source's dates.
-    fn from_fetched(
-        fetched: Fetched,
-        _: &(),
-        origin: &Arc<str>,
-        max_size: usize,
-        _: SystemTime,
-    ) -> Result<Self, LoadError> {
-        Token::parse_capped(fetched.bytes(), max_size).map_err(|source| LoadError::Invalid {
-            origin: origin.clone(),
-            source,
-        })
-    }
-
-    fn stamp(&self) -> &Stamp {
-        Token::stamp(self)
-    }
-
-    fn stamped(self, stamp: Stamp) -> Self {
-        Token::stamped(self, stamp)
-    }
-
-    fn same(&self, other: &Self) -> bool {
-        self.same_secret(other)
-    }
-
-    fn subject(&self) -> Option<&str> {
-        Token::subject(self)
-    }
-
-    fn fingerprint(&self) -> String {
-        Token::fingerprint(self)
-    }
-
-    fn logged(&self) -> impl fmt::Display + '_ {
-        self.short_fingerprint()
-    }
-
-    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-
-    fn seed(&self) -> u64 {
-        self.short_fingerprint().as_u64()
-    }
-
-    fn own_expiry(&self) -> Option<SystemTime> {
-        self.claims().and_then(|c| c.exp)
-    }
-
-    fn freshness_at(&self, now: SystemTime) -> Freshness {
-        Token::freshness_at(self, now)
-    }
-
-    /// A projected token's rotation point (the kubelet's 80%, and its jitter) and the
-    /// point it is overdue, when its source gave no dates of its own.
-    fn own_moments(&self) -> [Option<SystemTime>; 2] {
-        let claims = self.claims();
-        [
-            claims
-                .and_then(|c| c.rotation_point())
-                .and_then(|at| at.checked_add(KUBELET_JITTER)),
-            claims.and_then(|c| c.overdue_at()),
-        ]
-    }
-
-    fn overdue_at(&self) -> Option<SystemTime> {
-        self.claims().and_then(|c| c.overdue_at())
-    }
-
-    fn issued_at(&self) -> Option<SystemTime> {
-        self.claims().and_then(|c| c.iat)
-    }
-
-    fn refresh_at(&self) -> Option<SystemTime> {
-        Token::refresh_at(self)
-    }
-}
-
-/// How long after the kubelet's rotation point the file is re-read: its jitter.
-const KUBELET_JITTER: std::time::Duration = std::time::Duration::from_secs(10);

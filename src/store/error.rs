@@ -97,12 +97,8 @@ pub(crate) struct Chain<'a>(pub(crate) &'a (dyn Error + 'static));
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)?;
-        let mut cause = self.0.source();
-        while let Some(error) = cause {
-            write!(f, ": {error}")?;
-            cause = error.source();
-        }
-        Ok(())
+        std::iter::successors(self.0.source(), |e| (*e).source())
+            .try_for_each(|e| write!(f, ": {e}"))
     }
 }
 

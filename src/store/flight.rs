@@ -14,12 +14,12 @@
 //! dropped store alive; the store aborts it when dropped.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::error::LoadError;
+use super::shared::Config;
 use super::status::Reloaded;
 use crate::source::{DynSource, FetchContext, Fetched, Trigger};
 use crate::sync::lock;
@@ -74,7 +74,7 @@ pub(super) struct Reads {
 
 /// The last read done, published to the callers waiting for it.
 #[derive(Clone, Default)]
-pub(super) struct Done {
+pub(crate) struct Done {
     read: u64,
     /// `None` before the first reload (the load's result is not kept).
     result: Option<Result<Reloaded, LoadError>>,
@@ -161,33 +161,25 @@ pub(super) async fn wait(
     done.result.clone()
 }
 
-/// Fetches with time limit `timeout`, and wraps the source's error with its origin.
+/// Fetches for `trigger` with the store's size cap, clock and time limit, and wraps the
+/// source's error with its origin.
 pub(super) async fn fetch(
     source: &dyn DynSource,
     origin: &Arc<str>,
-    timeout: Duration,
-    cx: FetchContext,
+    config: &Config,
+    trigger: Trigger,
 ) -> Result<Fetched, LoadError> {
-    let origin = origin.clone();
-    match tokio::time::timeout(timeout, source.fetch_dyn(cx)).await {
-        Ok(fetched) => fetched.map_err(|e| LoadError::Fetch {
-            origin,
-            error: Arc::from(e),
-        }),
-        Err(_) => Err(LoadError::Timeout {
-            origin,
-            after: timeout,
-        }),
-    }
+    let cx = FetchContext::new(trigger, config.max_size).on(config.clock);
+    let (origin, after) = (origin.clone(), config.fetch_timeout);
+    let Ok(fetched) = tokio::time::timeout(after, source.fetch_dyn(cx)).await else {
+        return Err(LoadError::Timeout { origin, after });
+    };
+    fetched.map_err(|e| LoadError::Fetch {
+        origin,
+        error: Arc::from(e),
+    })
 }
 
-/// The reads of a store, as they complete (`Store::reads_done`): what a store that follows
-/// it waits on.
-pub(crate) struct ReadsDone(pub(super) watch::Receiver<Done>);
-
-impl ReadsDone {
-    /// Waits for the next read to complete; `false` once the store is gone.
-    pub(crate) async fn next(&mut self) -> bool {
-        self.0.changed().await.is_ok()
-    }
-}
+/// The reads of a store, as they complete (`Leader::reads_done`): what a store that
+/// follows it waits on.
+pub(crate) type ReadsDone = watch::Receiver<Done>;

@@ -58,7 +58,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use crate::source::{DynSource, FetchContext, Trigger};
+use crate::source::{DynSource, Trigger};
 use crate::sync::lock;
 use crate::token::Token;
 
@@ -146,15 +146,11 @@ impl TokenStore {
 }
 
 /// A store of `C`, as the crate holds it: cheap to clone, every clone the same store.
-pub(crate) struct Store<C: Credential> {
-    shared: Arc<Shared<C>>,
-}
+pub(crate) struct Store<C: Credential>(Arc<Shared<C>>);
 
 impl<C: Credential> Clone for Store<C> {
     fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
+        Self(self.0.clone())
     }
 }
 
@@ -162,8 +158,11 @@ impl<C: Credential> Clone for Store<C> {
 impl<C: Credential> fmt::Debug for Store<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(C::KIND.handle)
-            .field("source", &self.shared.origin)
-            .field("current", &Shown(&**self.shared.credential.load()))
+            .field("source", &self.0.origin)
+            .field(
+                "current",
+                &format_args!("{}", self.0.credential.load().shown()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -175,13 +174,11 @@ impl<C: Credential> Store<C> {
     pub(crate) async fn load(
         source: Arc<dyn DynSource>,
         parser: C::Parser,
-        origin: String,
+        origin: Arc<str>,
         config: Config,
         restart: Option<Restart<C>>,
     ) -> Result<Self, LoadError> {
-        let origin: Arc<str> = origin.into();
-        let cx = FetchContext::new(Trigger::Load, config.max_size).on(config.clock);
-        let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await?;
+        let fetched = fetch(&*source, &origin, &config, Trigger::Load).await?;
         let first: C = credential_of(fetched, &parser, &origin, &config, 1)?;
         event!(C::KIND, info, { source = %origin, token = %first, }, "token loaded", "loaded");
         crate::metrics::describe();
@@ -208,50 +205,39 @@ impl<C: Credential> Store<C> {
         shared.check_expiry();
         // The load is a read.
         Counters::bump(&shared.counters.reads);
-        Ok(Store {
-            shared: Arc::new(shared),
-        })
+        Ok(Store(Arc::new(shared)))
     }
 
     /// A weak reference, for background work that must not keep the store alive.
     pub(crate) fn downgrade(&self) -> WeakStore<C> {
-        WeakStore {
-            shared: Arc::downgrade(&self.shared),
-        }
+        WeakStore(Arc::downgrade(&self.0))
     }
 
     /// A number of this store's own while it lives, for drawing its timer's jitter.
     pub(crate) fn jitter_key(&self) -> u64 {
-        Arc::as_ptr(&self.shared) as usize as u64
+        Arc::as_ptr(&self.0) as usize as u64
     }
 
-    /// How the current token stands now, on the store's clock (tests).
-    #[cfg(test)]
-    pub(crate) fn freshness(&self) -> crate::token::Freshness {
-        self.current().freshness_at(self.shared.config.clock.now())
-    }
-
-    /// Whether both are clones of the same store.
-    #[cfg(test)]
-    pub(crate) fn ptr_eq(&self, other: &Store<C>) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
+    /// The store's wall clock.
+    pub(crate) fn clock(&self) -> crate::clock::Clock {
+        self.0.config.clock
     }
 
     /// The current credential. Lock-free.
     pub(crate) fn current(&self) -> Arc<C> {
-        self.shared.credential.load_full()
+        self.0.credential.load_full()
     }
 
     /// The current credential's generation: 1 for the first, one more for each new one.
     pub(crate) fn generation(&self) -> u64 {
-        self.shared.word() & word::GENERATION
+        self.0.word() & word::GENERATION
     }
 
     /// Whether `cached` is still the current token and the store needs nothing of the
     /// request path. One atomic load.
     #[inline]
     pub(crate) fn is_current(&self, cached: &C) -> bool {
-        self.shared.word() == cached.generation()
+        self.0.word() == cached.generation()
     }
 
     /// The request path's slow path, when [`is_current`](Self::is_current) said no: the
@@ -259,21 +245,18 @@ impl<C: Credential> Store<C> {
     #[cold]
     #[inline(never)]
     pub(crate) fn catch_up(&self, cached: &mut Arc<C>) {
-        let word = self.shared.word();
-        if word & word::GENERATION != cached.generation() {
+        if self.generation() != cached.generation() {
             *cached = self.current();
         }
-        if word & word::STOPPED != 0 {
-            self.shared.revive();
-        }
+        self.revive_if_stopped();
     }
 
     /// Starts the store's refresher again if it stopped: for a reload, for a client that
     /// reads the current token at each send (the reqwest middleware), as the layer's slow
     /// path does, and for a kubeconfig's part, which reads the file's store.
     pub(crate) fn revive_if_stopped(&self) {
-        if self.shared.word() & word::STOPPED != 0 {
-            self.shared.revive();
+        if self.0.word() & word::STOPPED != 0 {
+            self.0.revive();
         }
     }
 
@@ -281,23 +264,22 @@ impl<C: Credential> Store<C> {
     /// the credential current after the read (see [`TokenStore::reload`]).
     pub(crate) async fn reload(&self) -> Result<Arc<C>, LoadError> {
         self.revive_if_stopped();
-        let result = self
+        (self
             .downgrade()
-            .reload(Trigger::Call, Recency::InFlight, OnFailure::Report)
-            .await;
-        result
-            .expect("the store outlives the call")
-            .map(|_| self.current())
+            .reload(Trigger::Call, Recency::InFlight, OnFailure::Report))
+        .await
+        .expect("the store outlives the call")
+        .map(|_| self.current())
     }
 
     /// A receiver of generation numbers, updated each time a new credential is installed.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.shared.generations.subscribe()
+        self.0.generations.subscribe()
     }
 
     /// A snapshot of the store's state.
     pub(crate) fn status(&self) -> Status {
-        let s = &self.shared;
+        let s = &self.0;
         let current = s.credential.load();
         let c = &s.counters;
         let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
@@ -329,8 +311,8 @@ impl<C: Credential> Store<C> {
     /// for by an earlier refusal of the same certainty to the same token within the rate
     /// limit). Only certain refusals count as unauthorized responses in the status.
     fn refused(&self, sent: u64, certainty: Certainty) -> Option<Ticket> {
-        let s = &self.shared;
-        if certainty == Certainty::Certain {
+        let (s, certain) = (&self.0, certainty == Certainty::Certain);
+        if certain {
             Counters::bump(&s.counters.unauthorized_seen);
             crate::metrics::unauthorized(&s.label);
         }
@@ -343,36 +325,28 @@ impl<C: Credential> Store<C> {
         let mut refusals = lock(&s.refusals);
         let last = &mut refusals[certainty as usize];
         let now = Instant::now();
-        let wanted = match last {
+        let wanted = match *last {
             // This generation was refused before, and a read was asked for then, within
             // the rate limit: that read started after the server had revoked the token,
             // so its answer (or a later read's) holds for this response too. A token
             // that is simply wrong costs one read per interval, however many requests.
-            Some(r)
-                if r.generation >= sent
-                    && now.duration_since(r.at) < s.config.unauthorized_interval =>
+            Some((at, generation, read))
+                if generation >= sent
+                    && now.duration_since(at) < s.config.unauthorized_interval =>
             {
-                r.read
+                read
             }
             // Else the first read to start after the response arrived.
             _ => {
-                *last = Some(RefusalRead {
-                    at: now,
-                    generation: sent,
-                    read: arrived + 1,
-                });
-                if certainty == Certainty::Certain {
+                if certain {
                     Counters::bump(&s.counters.unauthorized_reloads);
                 }
-                arrived + 1
+                last.insert((now, sent, arrived + 1)).2
             }
         };
         drop(refusals);
-        let ask = Ask {
-            trigger: Trigger::Unauthorized,
-            report: OnFailure::Report,
-        };
-        Some(s.ask(wanted, ask))
+        let (trigger, report) = (Trigger::Unauthorized, OnFailure::Report);
+        Some(s.ask(wanted, Ask { trigger, report }))
     }
 
     /// After a refusal: a token newer than `sent`, installed already or read now, or
@@ -385,7 +359,7 @@ impl<C: Credential> Store<C> {
         certainty: Certainty,
     ) -> Option<Arc<C>> {
         if let Some(ticket) = self.refused(sent, certainty) {
-            wait(self.shared.flight.done.subscribe(), ticket).await;
+            wait(self.0.flight.done.subscribe(), ticket).await;
         }
         self.newer_than(sent)
     }
@@ -404,12 +378,12 @@ impl<C: Credential> Store<C> {
     /// Counts a request sent again after a refusal (with a newer token, or for a client
     /// certificate's refusal, which needs no header).
     pub(crate) fn count_retried(&self) {
-        Counters::bump(&self.shared.counters.retries);
+        Counters::bump(&self.0.counters.retries);
     }
 
     /// Counts how a request sent again went: `refused` when it met a 401 too.
     pub(crate) fn count_resent(&self, refused: bool) {
-        let s = &self.shared;
+        let s = &self.0;
         if !refused {
             Counters::bump(&s.counters.retries_succeeded);
         }
@@ -419,34 +393,26 @@ impl<C: Credential> Store<C> {
     /// Counts a request that kept its own `Authorization` (metrics only).
     #[inline]
     pub(crate) fn count_kept_authorization(&self) {
-        crate::metrics::kept_authorization(&self.shared.label);
-    }
-
-    // What a store that follows this one reads of it (the credentials of a kubeconfig
-    // follow the store of the file).
-
-    /// A receiver that changes as each read of the source completes, whatever its result.
-    pub(crate) fn reads_done(&self) -> ReadsDone {
-        ReadsDone(self.shared.flight.done.subscribe())
+        crate::metrics::kept_authorization(&self.0.label);
     }
 
     /// The error of the last read, if it failed and was reported; `None` once a read
     /// succeeds again.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn last_error(&self) -> Option<LoadError> {
-        lock(&self.shared.last_error).clone()
+        lock(&self.0.last_error).clone()
+    }
+}
+
+/// What a store that follows this one reads of it (the credentials of a kubeconfig follow
+/// the store of the file).
+impl<C: Credential> crate::refresh::Leader for Store<C> {
+    fn reads_done(&self) -> ReadsDone {
+        self.0.flight.done.subscribe()
     }
 
-    /// Whether the store learns of changes to its files as they happen.
-    pub(crate) fn watch_state(&self) -> WatchState {
-        lock(&self.shared.watch_state).clone()
-    }
-
-    /// Sets what the store says of its watch (a follower says its leader's).
-    pub(crate) fn follow_watch_state(&self, state: WatchState) {
-        if *lock(&self.shared.watch_state) != state {
-            self.shared.set_watch_state(state);
-        }
+    fn watch_state(&self) -> WatchState {
+        lock(&self.0.watch_state).clone()
     }
 }
 
@@ -464,13 +430,11 @@ impl Store<Token> {
 
 /// A weak reference to a [`Store`](super::Store), held by background work (the timer, the
 /// watcher) so that it never keeps the store alive.
-pub(crate) struct WeakStore<C: Credential> {
-    shared: Weak<Shared<C>>,
-}
+pub(crate) struct WeakStore<C: Credential>(pub(super) Weak<Shared<C>>);
 
 impl<C: Credential> fmt::Debug for WeakStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let origin = self.shared.upgrade().map(|s| s.origin.clone());
+        let origin = self.0.upgrade().map(|s| s.origin.clone());
         f.debug_struct("WeakStore")
             .field("source", &origin)
             .finish()
@@ -479,16 +443,14 @@ impl<C: Credential> fmt::Debug for WeakStore<C> {
 
 impl<C: Credential> Clone for WeakStore<C> {
     fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
+        Self(self.0.clone())
     }
 }
 
 impl<C: Credential> WeakStore<C> {
     /// Resolves when the store is dropped.
     pub(crate) async fn closed(&self) {
-        if let Some(mut generations) = self.shared.upgrade().map(|s| s.generations.subscribe()) {
+        if let Some(mut generations) = self.0.upgrade().map(|s| s.generations.subscribe()) {
             while generations.changed().await.is_ok() {}
         }
     }
@@ -501,18 +463,16 @@ impl<C: Credential> WeakStore<C> {
         recency: Recency,
         report: OnFailure,
     ) -> Option<Result<Reloaded, LoadError>> {
-        let (done, ticket) = {
-            let shared = self.shared.upgrade()?;
-            let wanted = shared.flight.wanted(recency);
-            let ask = Ask { trigger, report };
-            (shared.flight.done.subscribe(), shared.ask(wanted, ask))
-        };
+        let shared = self.0.upgrade()?;
+        let done = shared.flight.done.subscribe();
+        let ticket = shared.ask(shared.flight.wanted(recency), Ask { trigger, report });
+        drop(shared);
         wait(done, ticket).await
     }
 
-    /// Records whether the store's file is watched.
+    /// Records whether the store's file is watched (a follower says its leader's).
     pub(crate) fn set_watch_state(&self, state: WatchState) {
-        if let Some(shared) = self.shared.upgrade() {
+        if let Some(shared) = self.0.upgrade() {
             shared.set_watch_state(state);
         }
     }
@@ -520,14 +480,14 @@ impl<C: Credential> WeakStore<C> {
     /// The refresher was dropped before the store: report it, and let the next use start
     /// it again (see `shared`).
     pub(crate) fn refresher_stopped(&self) {
-        if let Some(shared) = self.shared.upgrade() {
+        if let Some(shared) = self.0.upgrade() {
             shared.refresher_stopped();
         }
     }
 
     /// The store, unless every `TokenStore` clone has been dropped.
     pub(crate) fn upgrade(&self) -> Option<Store<C>> {
-        self.shared.upgrade().map(|shared| Store { shared })
+        self.0.upgrade().map(Store)
     }
 }
 
@@ -541,26 +501,6 @@ pub(crate) enum Certainty {
     /// refused after a TLS 1.3 handshake may: or for any other reason.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     Possible,
-}
-
-/// A read asked for by a refusal. A store keeps the last of each [`Certainty`]: each is
-/// rate-limited on its own, so that a possible refusal (a connection that closed, which
-/// may have happened before the rotation was written) never spends the read that a
-/// certain one of the same generation needs.
-struct RefusalRead {
-    at: Instant,
-    generation: u64,
-    read: u64,
-}
-
-/// A credential in a store's `Debug`: a token's own `Debug` (its kind, fingerprint and
-/// claims, never its secret), another credential's `Display`.
-struct Shown<'a, C>(&'a C);
-
-impl<C: Credential> fmt::Debug for Shown<'_, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.debug(f)
-    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use super::error::{Chain, LoadError};
 use super::flight::{Ask, Flight, OnFailure, Ticket, fetch};
 use super::status::{Counters, ExpiryWarnings, Reloaded, WatchState};
 use crate::clock::{Clock, Rfc3339};
-use crate::source::{DynSource, FetchContext, Fetched, Trigger};
+use crate::source::{DynSource, Fetched, Trigger};
 use crate::sync::lock;
 use crate::token::Freshness;
 
@@ -90,8 +90,12 @@ pub(crate) struct Shared<C: Credential> {
     pub(super) runtime: Mutex<tokio::runtime::Handle>,
     pub(super) flight: Flight,
     pub(super) counters: Counters,
-    /// The last read asked for by refusals, by [`Certainty`](super::Certainty).
-    pub(super) refusals: Mutex<[Option<super::RefusalRead>; 2]>,
+    /// The last read asked for by a refusal (when, for which generation, and the read's
+    /// number), by [`Certainty`](super::Certainty): each is rate-limited on its own, so
+    /// that a possible refusal (a connection that closed, which may have happened before
+    /// the rotation was written) never spends the read that a certain one of the same
+    /// generation needs.
+    pub(super) refusals: Mutex<[Option<(std::time::Instant, u64, u64)>; 2]>,
     pub(super) watch_state: Mutex<WatchState>,
     pub(super) expiry: ExpiryWarnings,
     /// How to start the refresher again when it stops while the store lives; `None` for a
@@ -162,8 +166,11 @@ impl<C: Credential> Shared<C> {
 
     /// Records whether the store's file is watched, and whether anything refreshes it.
     pub(super) fn set_watch_state(&self, state: WatchState) {
-        crate::metrics::watch_state(&self.label, state.metric());
-        *lock(&self.watch_state) = state;
+        let mut current = lock(&self.watch_state);
+        if *current != state {
+            crate::metrics::watch_state(&self.label, state.metric());
+            *current = state;
+        }
     }
 
     /// Installs `token`, a valid read, if it is new.
@@ -178,13 +185,11 @@ impl<C: Credential> Shared<C> {
                 "token unchanged",
                 "unchanged"
             );
-            return Reloaded::Unchanged;
+            return false;
         }
         let to = old.generation() + 1;
-        let stamp = Stamp {
-            generation: to,
-            ..*token.stamp()
-        };
+        let mut stamp = *token.stamp();
+        stamp.generation = to;
         let token = token.stamped(stamp);
         event!(
             C::KIND,
@@ -209,7 +214,7 @@ impl<C: Credential> Shared<C> {
                 Some((w & !word::GENERATION) | to)
             });
         self.generations.send_replace(to);
-        Reloaded::Rotated
+        true
     }
 
     /// Counts, logs and keeps a failed read's error; the credential in use stays.
@@ -265,9 +270,7 @@ impl<C: Credential> Shared<C> {
         }
         *lock(&self.runtime) = runtime.clone();
         self.set_watch_state(WatchState::Off);
-        runtime.spawn(restart(WeakStore {
-            shared: Arc::downgrade(self),
-        }));
+        runtime.spawn(restart(WeakStore(Arc::downgrade(self))));
         tracing::info!(
             source = %self.origin,
             "the store's refresher started again on the current runtime"
@@ -300,8 +303,8 @@ impl<C: Credential> Shared<C> {
             .and_then(|f| credential_of(f, &self.parser, &self.origin, &self.config, 0))
             .map(|token| self.install(token, trigger));
         let outcome = match result {
-            Ok(Reloaded::Rotated) => "rotated",
-            Ok(Reloaded::Unchanged) => "unchanged",
+            Ok(true) => "rotated",
+            Ok(false) => "unchanged",
             Err(_) => "failed",
         };
         crate::metrics::reload(&self.label, trigger.as_str(), outcome);
@@ -357,18 +360,15 @@ async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Tr
         trigger,
     };
     loop {
-        let cx = FetchContext::new(task.trigger, config.max_size).on(config.clock);
-        let fetched = fetch(&*source, &origin, config.fetch_timeout, cx).await;
+        let fetched = fetch(&*source, &origin, &config, task.trigger).await;
         let Some(shared) = task.store.upgrade() else {
             return;
         };
-        match shared.finish(task.read, task.trigger, fetched) {
-            Some(next) => (task.read, task.trigger) = next,
-            None => {
-                task.read = 0;
-                return;
-            }
-        }
+        let Some(next) = shared.finish(task.read, task.trigger, fetched) else {
+            task.read = 0;
+            return;
+        };
+        (task.read, task.trigger) = next;
     }
 }
 
