@@ -13,6 +13,8 @@
 //! - or its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), so that a
 //!   second sending has the effect of one.
 //!
+//! (A connection that ends without an answer, where the first and the last apply, is met
+//! by the HTTPS transports alone: `tls::refusal::may_send_again`.)
 //! In every case its body must be replayable, and it is sent again at most once. Anything
 //! else (a POST or PATCH on a connection that closed without an answer, which a server
 //! that crashed after acting on it also gives) goes back to the caller as it came, once;
@@ -54,7 +56,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use http::{Method, Request};
+use http::Request;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
@@ -62,39 +64,6 @@ use tokio::time::Sleep;
 use crate::body::TryCloneBody;
 use crate::store::{Certainty, Credential, Store};
 use crate::token::Token;
-
-/// What a failure proves about whether the server acted on the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// The server refused the credential before acting: a 401, a certificate alert, or
-    /// our own refusal of the server.
-    Refused,
-    /// The connection ended before the request was written.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    NotWritten,
-    /// The connection ended with no answer after the request may have been written: the
-    /// server may have acted on it.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    Uncertain,
-}
-
-/// Whether a request sent with `method` may be sent again after `failure` (its body being
-/// replayable is the caller's to check: see [`clone_request`]).
-pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
-    match failure {
-        Failure::Refused | Failure::NotWritten => true,
-        Failure::Uncertain => is_idempotent(method),
-    }
-}
-
-/// RFC 9110 §9.2.2's idempotent methods (not `http`'s `Method::is_idempotent`, whose answer
-/// for QUERY depends on the version of `http` a build resolves).
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
-}
 
 /// A copy of `req` with a copy of its body, or `None` when the body cannot be copied.
 pub(crate) fn clone_request<B: TryCloneBody>(req: &Request<B>) -> Option<Request<B>> {
@@ -153,7 +122,7 @@ pub(crate) fn resending_above<R>(call: impl FnOnce() -> R) -> R {
 }
 
 /// Whether a retry layer above the call that runs now sends a 401's request again itself.
-#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+#[allow(dead_code, reason = "read by the HTTPS transports, which are optional")]
 pub(crate) fn resent_above() -> bool {
     RESENDING_ABOVE.get() > 0
 }

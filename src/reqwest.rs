@@ -54,7 +54,7 @@ use http::header::AUTHORIZATION;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::layer::RetryUnauthorized;
-use crate::refusal::{AfterRefusal, Failure, Refused, Renewed, may_send_again};
+use crate::refusal::{AfterRefusal, Refused, Renewed};
 use crate::store::{Certainty, TokenStore};
 
 #[cfg(feature = "tls")]
@@ -211,8 +211,8 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             Ok(response) if response.status() == StatusCode::UNAUTHORIZED => response,
             response => return done(extensions, response),
         };
-        let Some(mut replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused))
-        else {
+        // A refusal proves the server did not act on it: any method goes again.
+        let Some(mut replay) = replay else {
             // Starts the store's read and returns: the requests that follow get the new
             // token, this one gets its 401.
             self.store.0.reload_after_refusal(sent, Certainty::Certain);

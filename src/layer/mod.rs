@@ -163,7 +163,7 @@ impl<S, C: Clone, R: Clone> Layer<S> for BearerLayer<C, R> {
 }
 
 /// The token a request carried: its store and generation, for a refusal.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Carried {
     store: Store<Token>,
     sent: u64,
@@ -171,7 +171,7 @@ struct Carried {
 
 /// What a service knows of its token: the store and the token it last read from it. Not
 /// generic, so that its slow path is compiled once.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Authorizer {
     store: Store<Token>,
     cached: Arc<Token>,
@@ -218,23 +218,13 @@ impl Authorizer {
 /// Service that adds the store's current bearer token to every request and reloads the
 /// token when a server refuses it; built by [`BearerLayer`], whose docs say what `C` and
 /// `R` are.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct BearerService<S, C = Http401, R = ()> {
     inner: S,
     auth: Authorizer,
     classifier: C,
+    #[allow(dead_code, reason = "what a refusal does is its type; Debug shows it")]
     retry: R,
-}
-
-impl<S: fmt::Debug, C: fmt::Debug, R: fmt::Debug> fmt::Debug for BearerService<S, C, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BearerService")
-            .field("inner", &self.inner)
-            .field("store", &self.auth.store)
-            .field("classifier", &self.classifier)
-            .field("retry", &self.retry)
-            .finish_non_exhaustive()
-    }
 }
 
 impl<S, C, R> BearerService<S, C, R> {
@@ -286,7 +276,7 @@ pin_project! {
         #[pin]
         inner: F,
         // The token the request carried, `None` for a request that kept its own
-        // `Authorization`; taken when the response is in.
+        // `Authorization`.
         sent: Option<Carried>,
         classifier: C,
     }
@@ -313,14 +303,13 @@ where
         let this = self.project();
         // The inner poll is returned as it is, so that the response is not moved again.
         let poll = this.inner.poll(cx);
-        if let Poll::Ready(result) = &poll
-            && let Some(Carried { store, sent }) = this.sent.take()
-            && let Ok(response) = result
+        if let Poll::Ready(Ok(response)) = &poll
+            && let Some(Carried { store, sent }) = this.sent.as_ref()
             && this.classifier.is_unauthorized(response)
         {
             // Starts the store's read and returns: the requests that follow get the new
             // token once it is in (see the module docs), this one gets its 401.
-            store.reload_after_refusal(sent, Certainty::Certain);
+            store.reload_after_refusal(*sent, Certainty::Certain);
         }
         poll
     }

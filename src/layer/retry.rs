@@ -16,9 +16,7 @@ use tower_service::Service;
 use super::{BearerService, Carried, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
-use crate::refusal::{
-    AfterRefusal, Failure, Renewed, clone_request, may_send_again, resending_above,
-};
+use crate::refusal::{AfterRefusal, Renewed, clone_request, resending_above};
 use crate::store::Certainty;
 
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, RetryUnauthorized>
@@ -134,11 +132,8 @@ where
                     if !this.classifier.is_unauthorized(response) {
                         return poll;
                     }
-                    let resend = this
-                        .replay
-                        .as_ref()
-                        .is_some_and(|r| may_send_again(r.method(), Failure::Refused));
-                    if !resend {
+                    // A refusal proves the server did not act on it: any method goes again.
+                    if this.replay.is_none() {
                         // Not sent again: the reload starts for the requests that follow.
                         store.reload_after_refusal(*sent, Certainty::Certain);
                         return poll;

@@ -1,23 +1,6 @@
 use super::*;
 
 #[test]
-fn only_an_idempotent_method_goes_again_after_an_uncertain_failure() {
-    let idempotent = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
-    let not = ["POST", "PATCH", "CONNECT", "WATCH"];
-    for name in idempotent.iter().chain(&not) {
-        let method = Method::from_bytes(name.as_bytes()).unwrap();
-        // Proved unprocessed: any method goes again.
-        assert!(may_send_again(&method, Failure::Refused), "{name}");
-        assert!(may_send_again(&method, Failure::NotWritten), "{name}");
-        assert_eq!(
-            may_send_again(&method, Failure::Uncertain),
-            idempotent.contains(name),
-            "{name}"
-        );
-    }
-}
-
-#[test]
 fn a_request_copy_keeps_everything_and_owns_its_parts() {
     let mut req = Request::builder()
         .method("POST")

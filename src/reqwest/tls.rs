@@ -10,7 +10,7 @@ use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
 use super::ResendingAbove;
-use crate::refusal::{Failure, Refused, Renewed, may_send_again};
+use crate::refusal::{Refused, Renewed};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::refusal::{Blame, blame};
@@ -296,7 +296,8 @@ impl Middleware for TlsMiddleware {
             }
             (_, outcome) => outcome,
         };
-        let Some(replay) = replay.filter(|r| may_send_again(r.method(), Failure::Refused)) else {
+        // A refusal proves the server did not act on it: any method goes again.
+        let Some(replay) = replay else {
             // The reload starts for the requests that follow; this one gets its answer.
             refusal.reload_later();
             return Ok(outcome?);

@@ -31,12 +31,11 @@ use tower_service::Service;
 
 use super::connect::{Dialled, Serves, Tagging, Verdict, https_connector};
 use super::refusal::{Blame, blame};
+use super::refusal::{Failure, may_send_again};
 use super::stores::{Generations, Refusal, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::refusal::{
-    AfterRefusal, Failure, Refused, Reload, Renewed, clone_request, may_send_again, resent_above,
-};
+use crate::refusal::{AfterRefusal, Refused, Reload, Renewed, clone_request, resent_above};
 use crate::store::Certainty;
 use crate::sync::lock;
 

@@ -1,8 +1,10 @@
 //! Whose credential an error says was refused: the server's certificate alert (our
-//! identity), or our verifier's "unknown issuer" (our CA bundle).
+//! identity), or our verifier's "unknown issuer" (our CA bundle); and what a failure
+//! proves about whether the server acted on the request, which says whether it may go again.
 
 use std::error::Error;
 
+use http::Method;
 use rustls::{AlertDescription, CertificateError as Verify};
 
 /// The credential a failure points at.
@@ -68,6 +70,37 @@ fn of_message(message: &str) -> Option<Blame> {
     }
     let verify = message.strip_prefix("invalid peer certificate: ")?;
     matches!(verify, "UnknownIssuer" | "BadSignature").then_some(Blame::Roots)
+}
+
+/// What a failure proves about whether the server acted on the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The server refused the credential before acting: a 401, a certificate alert, or
+    /// our own refusal of the server.
+    Refused,
+    /// The connection ended before the request was written.
+    NotWritten,
+    /// The connection ended with no answer after the request may have been written: the
+    /// server may have acted on it.
+    Uncertain,
+}
+
+/// Whether a request sent with `method` may be sent again after `failure` (its body being
+/// replayable is the caller's to check: see `crate::refusal::clone_request`).
+pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
+    match failure {
+        Failure::Refused | Failure::NotWritten => true,
+        Failure::Uncertain => is_idempotent(method),
+    }
+}
+
+/// RFC 9110 §9.2.2's idempotent methods (not `http`'s `Method::is_idempotent`, whose answer
+/// for QUERY depends on the version of `http` a build resolves).
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 #[cfg(test)]

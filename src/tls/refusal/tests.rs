@@ -41,3 +41,20 @@ fn under_http2_an_alert_is_found_by_the_words_rustls_shows_it_with() {
     let name = as_h2(rustls::Error::InvalidCertificate(Verify::NotValidForName));
     assert_eq!(blame(&name), None);
 }
+
+#[test]
+fn only_an_idempotent_method_goes_again_after_an_uncertain_failure() {
+    let idempotent = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
+    let not = ["POST", "PATCH", "CONNECT", "WATCH"];
+    for name in idempotent.iter().chain(&not) {
+        let method = Method::from_bytes(name.as_bytes()).unwrap();
+        // Proved unprocessed: any method goes again.
+        assert!(may_send_again(&method, Failure::Refused), "{name}");
+        assert!(may_send_again(&method, Failure::NotWritten), "{name}");
+        assert_eq!(
+            may_send_again(&method, Failure::Uncertain),
+            idempotent.contains(name),
+            "{name}"
+        );
+    }
+}
