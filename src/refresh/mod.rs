@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::source::Trigger;
-use crate::store::{Credential, OnFailure, ReadsDone, Recency, WatchState, WeakStore};
+use crate::store::{Credential, OnFailure, ReadsDone, Recency, Store, WatchState, WeakStore};
 
 pub(crate) mod chain;
 pub(crate) mod registry;
@@ -65,6 +65,16 @@ pub(crate) trait Leader: Send + Sync + 'static {
 
     /// What it says of its watch.
     fn watch_state(&self) -> WatchState;
+}
+
+impl<C: Credential> Leader for Store<C> {
+    fn reads_done(&self) -> ReadsDone {
+        Store::reads_done(self)
+    }
+
+    fn watch_state(&self) -> WatchState {
+        Store::watch_state(self)
+    }
 }
 
 /// Follows `leader` for the store behind `store`, until either is gone. Subscribes here,

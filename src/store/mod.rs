@@ -405,13 +405,13 @@ impl<C: Credential> Store<C> {
 }
 
 /// What a store that follows this one reads of it (the credentials of a kubeconfig follow
-/// the store of the file).
-impl<C: Credential> crate::refresh::Leader for Store<C> {
-    fn reads_done(&self) -> ReadsDone {
+/// the store of the file): `refresh::Leader`.
+impl<C: Credential> Store<C> {
+    pub(crate) fn reads_done(&self) -> ReadsDone {
         self.0.flight.done.subscribe()
     }
 
-    fn watch_state(&self) -> WatchState {
+    pub(crate) fn watch_state(&self) -> WatchState {
         lock(&self.0.watch_state).clone()
     }
 }
