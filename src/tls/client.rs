@@ -414,8 +414,10 @@ pin_project! {
     #[project = StateProj]
     enum State {
         First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
-        // A 401 for the retry layer above: the identity reloads before it goes up.
-        Renewing { reload: Reload, answer: Option<Outcome> },
+        // A 401 for the retry layer above: the identity reloads before it goes up. The
+        // answer boxed, as the refusal's steps below, so that no request's future carries
+        // its room.
+        Renewing { reload: Reload, answer: Option<Box<Outcome>> },
         // Boxed: the refusal's steps are larger than the rest of the future together,
         // and every request's future would carry their room.
         Refused {
@@ -452,10 +454,8 @@ where
                         && matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED)
                     {
                         let reload = refused.renew();
-                        this.state.set(State::Renewing {
-                            reload,
-                            answer: Some(outcome),
-                        });
+                        let answer = Some(Box::new(outcome));
+                        this.state.set(State::Renewing { reload, answer });
                         continue;
                     }
                     let resend = this
@@ -473,7 +473,7 @@ where
                 }
                 StateProj::Renewing { reload, answer } => {
                     let newer = ready!(reload.as_mut().poll(cx));
-                    let mut outcome = answer.take().expect("polled after completion");
+                    let mut outcome = *answer.take().expect("polled after completion");
                     if let (true, Ok(response)) = (newer, &mut outcome) {
                         response.extensions_mut().insert(Renewed);
                     }
