@@ -450,6 +450,8 @@ where
                     let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty) else {
                         return Poll::Ready(outcome);
                     };
+                    // A 401 under a retry layer is the layer's to send again: the identity
+                    // reloads first, and the answer says whether it found a newer one.
                     if *this.above
                         && matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED)
                     {
