@@ -287,8 +287,9 @@ impl Middleware for TlsMiddleware {
             return Ok(outcome?);
         };
         let outcome = match (above, outcome) {
-            // The middleware before this one sends it again: the identity reloads first.
-            (true, Ok(mut response)) if response.status() == StatusCode::UNAUTHORIZED => {
+            // A 401 (the one answer `refused` takes for a refusal): the middleware before
+            // this one sends it again, and the identity reloads first.
+            (true, Ok(mut response)) => {
                 if refusal.renew().await {
                     response.extensions_mut().insert(Renewed);
                 }

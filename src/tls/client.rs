@@ -450,11 +450,10 @@ where
                     let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty) else {
                         return Poll::Ready(outcome);
                     };
-                    // A 401 under a retry layer is the layer's to send again: the identity
-                    // reloads first, and the answer says whether it found a newer one.
-                    if *this.above
-                        && matches!(&outcome, Ok(r) if r.status() == StatusCode::UNAUTHORIZED)
-                    {
+                    // A 401 (the one answer `refusal` takes for a refusal) under a retry
+                    // layer is the layer's to send again: the identity reloads first, and
+                    // the answer says whether it found a newer one.
+                    if *this.above && outcome.is_ok() {
                         let reload = refused.renew();
                         let answer = Some(Box::new(outcome));
                         this.state.set(State::Renewing { reload, answer });
