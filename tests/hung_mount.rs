@@ -15,7 +15,9 @@
 //! - the hung store's `reload()` fails within its time limit with an error naming the
 //!   path, keeps its last good token, and its status says so;
 //! - a store loaded on a mount that hung before anything watched it fails within its time
-//!   limit, naming the path, while the runtime goes on.
+//!   limit, naming the path, while the runtime goes on;
+//! - kube's config loader (`kube::Credentials::from_kubeconfig`), reading a CA file on a
+//!   hung mount, holds no worker either.
 //!
 //! At the end the mounts are released (every held request answered with `EIO`) and
 //! unmounted. Where FUSE cannot be used (no `/dev/fuse`, the mount fails), the test says
@@ -353,10 +355,12 @@ mod linux {
             std::fs::create_dir(&dir).unwrap();
             HangingMount::mount(&dir)
         };
-        let mounts = ["hung", "dead", "late"].map(mount_at);
-        let [hung, dead, late] = match mounts {
-            [Ok(hung), Ok(dead), Ok(late)] => [hung, dead, late],
-            [Err(why), ..] | [_, Err(why), _] | [.., Err(why)] => return skip(&why),
+        let mounts = ["hung", "dead", "late", "kube"].map(mount_at);
+        let [hung, dead, late, kube] = match mounts {
+            [Ok(hung), Ok(dead), Ok(late), Ok(kube)] => [hung, dead, late, kube],
+            [Err(why), ..] | [_, Err(why), ..] | [.., Err(why), _] | [.., Err(why)] => {
+                return skip(&why);
+            }
         };
         // The kubelet lays out the volumes while they answer; `dead` hangs before any
         // store looks at it, `late` once a store has read it.
@@ -386,7 +390,7 @@ mod linux {
             failures: 0,
             stalled: None,
         };
-        let mounts = [&hung, &dead, &late];
+        let mounts = [&hung, &dead, &late, &kube];
 
         // 1. The stores, loaded while the mount answers: the hung one with its watcher on.
         let path = hung_path.clone();
@@ -549,7 +553,12 @@ mod linux {
             );
         }
 
-        // 6. A store whose mount hangs right after its first read (the file closed): its
+        // 6. kube's loader, reading a kubeconfig whose CA file is on a hung mount, holds a
+        // thread of the blocking pool, not a worker; the other stores go on meanwhile.
+        #[cfg(feature = "kube")]
+        kube_loader_on_a_hung_mount(&mut report, &runtime, &mounts, tmp.path(), &others);
+
+        // 7. A store whose mount hangs right after its first read (the file closed): its
         // load() comes back within its time limit, and if it fails, it names the path;
         // meanwhile a store loaded on a healthy directory follows its rotation, and the
         // others go on.
@@ -574,7 +583,7 @@ mod linux {
             rotate(move || writer.rotate("fresh-2")).await?;
             carries(&store, "fresh-2").await
         });
-        let others_meanwhile = runtime.submit(others_go_on(others.clone(), 4));
+        let others_meanwhile = runtime.submit(others_go_on(others.clone(), 5));
         if let Some((result, took)) = report.wait(
             &runtime,
             &mounts,
@@ -625,7 +634,7 @@ mod linux {
             );
         }
 
-        // 7. At the end, still no runtime worker waits on a hung mount.
+        // 8. At the end, still no runtime worker waits on a hung mount.
         let held: Vec<Held> = mounts.iter().flat_map(|m| m.held()).collect();
         report.no_worker_waits(&runtime, "at the end", &held);
 
@@ -638,7 +647,7 @@ mod linux {
         if !runtime.end() {
             report.fail("the runtime's thread did not end once the mounts were released".into());
         }
-        drop((hung, dead, late));
+        drop((hung, dead, late, kube));
 
         let text = format!("{flavor}:\n{}", report.lines.join("\n"));
         if report.failures == 0 {
@@ -649,6 +658,61 @@ mod linux {
             "{} check(s) failed on the {}; first stall: {:?}\n{text}",
             report.failures, report.flavor, report.stalled
         );
+    }
+
+    /// `Credentials::from_kubeconfig` on a kubeconfig whose CA file is on the hung mount
+    /// `mounts[3]` (only kube's own loader reads that file): no worker waits on it, and the
+    /// other stores follow their rotations meanwhile.
+    #[cfg(feature = "kube")]
+    fn kube_loader_on_a_hung_mount(
+        report: &mut Report,
+        runtime: &Runtime,
+        mounts: &[&HangingMount],
+        dir: &Path,
+        others: &[(ProjectedTokenDir, TokenStore)],
+    ) {
+        let mount = mounts[3];
+        let ca = mount.path().join("ca.crt");
+        std::fs::write(&ca, "read by kube once the mount hangs").unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    \
+                 certificate-authority: {}\n\
+                 users:\n- name: u\n  user:\n    token: abc\n\
+                 contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n",
+                ca.display()
+            ),
+        )
+        .unwrap();
+        mount.hang();
+        let _loading = runtime.submit(async move {
+            let options = kube::config::KubeConfigOptions::default();
+            bearer_reload::kube::Credentials::from_kubeconfig(&kubeconfig, &options)
+                .await
+                .map(drop)
+        });
+        // The file's own write may leave a release held; the loader's is a lookup of it.
+        match mount.wait_until_held_such(DEADLINE, |h| h.what.contains("\"ca.crt\"")) {
+            Some(held) => report.no_worker_waits(runtime, "kube's loader on a hung CA file", &held),
+            None => report.fail(format!(
+                "from_kubeconfig never read its CA file on the hung mount within {DEADLINE:?}"
+            )),
+        }
+        let meanwhile = runtime.submit(others_go_on(others.to_vec(), 4));
+        if let Some(result) = report.wait(
+            runtime,
+            mounts,
+            "other stores, while kube's loader hangs",
+            &meanwhile,
+        ) {
+            report.check(
+                result.is_ok(),
+                format!("meanwhile the other stores followed their rotations: {result:?}"),
+            );
+        }
     }
 
     /// Each read failed within the time limit, with an error naming `path`.

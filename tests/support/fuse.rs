@@ -161,9 +161,19 @@ impl HangingMount {
 
     /// Waits until at least one request is held; `None` if none came within `deadline`.
     pub fn wait_until_held(&self, deadline: Duration) -> Option<Vec<Held>> {
+        self.wait_until_held_such(deadline, |_| true)
+    }
+
+    /// Waits until a request that `such` accepts is held; then every request held, or
+    /// `None` if none came within `deadline`.
+    pub fn wait_until_held_such(
+        &self,
+        deadline: Duration,
+        such: impl Fn(&Held) -> bool,
+    ) -> Option<Vec<Held>> {
         let start = Instant::now();
         let mut gate = self.gate.lock();
-        while gate.held.is_empty() {
+        while !gate.held.iter().any(|(h, _)| such(h)) {
             let left = deadline.checked_sub(start.elapsed())?;
             gate = self
                 .gate
