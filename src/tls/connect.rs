@@ -100,7 +100,10 @@ where
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         if uri.scheme() != Some(&Scheme::HTTPS) {
-            return Box::pin(std::future::ready(Err(UriError::NotHttps { uri }.into())));
+            return Box::pin(std::future::ready(Err(std::io::Error::from(
+                UriError::NotHttps { uri },
+            )
+            .into())));
         }
         // Read before the handshake, which reads the credentials after: a connection is
         // never tagged newer than what it presented.

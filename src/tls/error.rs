@@ -1,5 +1,5 @@
 //! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle;
-//! [`UriError`]: why an HTTPS client refused a URI.
+//! `UriError`: why an HTTPS client refused a URI (an `io::Error` of kind `InvalidInput`).
 
 use std::time::SystemTime;
 
@@ -8,11 +8,11 @@ use http::Uri;
 use crate::clock::Rfc3339;
 
 /// Why an HTTPS client refused a URI, before anything is dialled: a request's, for an
-/// [`HttpsClient`](super::HttpsClient) (the source of the hyper-util error it answers
-/// with, `Error::is_connect`), or the origin of a `tonic::TlsChannel` (from its `new`).
+/// [`HttpsClient`](super::HttpsClient), or the origin of a `tonic::TlsChannel`. Given to
+/// callers inside an `io::Error` of kind `InvalidInput`, whose message it is: a mistake in
+/// the caller's configuration, which the message names; no caller branches on which one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum UriError {
+pub(crate) enum UriError {
     /// Not `https://`: requests carry credentials, and go over TLS alone, never in plain
     /// text.
     #[error("{uri} is not an https:// URI: credentials are never sent in plain text")]
@@ -26,6 +26,12 @@ pub enum UriError {
         /// The URI.
         uri: Uri,
     },
+}
+
+impl From<UriError> for std::io::Error {
+    fn from(e: UriError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
+    }
 }
 
 /// Why the bytes a source gave are not a usable client certificate (with its key) or CA

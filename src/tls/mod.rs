@@ -214,7 +214,8 @@ pub(crate) mod stores;
 
 pub use certificate::Certificate;
 pub use client::HttpsClient;
-pub use error::{CertificateError, UriError};
+pub use error::CertificateError;
+pub(crate) use error::UriError;
 pub use identity::IdentityStore;
 pub use roots::RootStore;
 #[cfg(feature = "kube")]

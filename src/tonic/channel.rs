@@ -60,8 +60,8 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// [`body`](crate::body) module shows). By default it presents no client certificate and
 /// gives a TCP connect 30 s; each setter returns the channel with no connection.
 ///
-/// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an
-/// [`UriError`] naming it.
+/// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an error
+/// naming it.
 ///
 /// # Examples
 ///
@@ -135,14 +135,15 @@ where
     ///
     /// # Errors
     ///
-    /// A [`UriError`] naming `origin` when its scheme is not `https` (calls carry
-    /// credentials, and go over TLS alone) or it has no host.
-    pub fn new(origin: Uri, roots: RootStore) -> Result<Self, UriError> {
+    /// An [`io::Error`](std::io::Error) of kind `InvalidInput` naming `origin` when its
+    /// scheme is not `https` (calls carry credentials, and go over TLS alone) or it has no
+    /// host.
+    pub fn new(origin: Uri, roots: RootStore) -> Result<Self, std::io::Error> {
         if origin.scheme() != Some(&Scheme::HTTPS) {
-            return Err(UriError::NotHttps { uri: origin });
+            return Err(UriError::NotHttps { uri: origin }.into());
         }
         if origin.authority().is_none_or(|a| a.host().is_empty()) {
-            return Err(UriError::NoHost { uri: origin });
+            return Err(UriError::NoHost { uri: origin }.into());
         }
         let mut http2 = Builder::new(Spawn);
         http2.timer(TokioTimer::new());
