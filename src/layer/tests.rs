@@ -98,6 +98,51 @@ async fn keeps_or_overwrites_an_existing_header() {
     assert_eq!(got.into_body().unwrap(), "Bearer tok");
 }
 
+/// Every `Authorization` value a request reaches the inner service with: one, whatever the
+/// request came with.
+#[tokio::test]
+async fn a_request_carries_one_authorization_whatever_it_came_with() {
+    let (_, store) = Source::store("tok").await;
+    let all = |req: Request<()>| async move {
+        let values: Vec<String> = req
+            .headers()
+            .get_all(AUTHORIZATION)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        Ok::<_, Infallible>(Response::new(values))
+    };
+    let two = || {
+        Request::builder()
+            .header(AUTHORIZATION, "Basic first")
+            .header(AUTHORIZATION, "Basic second")
+            .body(())
+            .unwrap()
+    };
+    for (layer, request, want) in [
+        (
+            BearerLayer::new(store.clone()),
+            Request::new(()),
+            ["Bearer tok"],
+        ),
+        (BearerLayer::new(store.clone()), own(), ["Basic dXNlcg=="]),
+        (BearerLayer::new(store.clone()), two(), ["Basic first"]),
+        (
+            BearerLayer::new(store.clone()).overwrite_existing(),
+            own(),
+            ["Bearer tok"],
+        ),
+        (
+            BearerLayer::new(store.clone()).overwrite_existing(),
+            two(),
+            ["Bearer tok"],
+        ),
+    ] {
+        let got = layer.layer(service_fn(all)).oneshot(request).await.unwrap();
+        assert_eq!(got.into_body(), want);
+    }
+}
+
 #[tokio::test]
 async fn a_rotation_reaches_an_existing_service() {
     let (source, store) = Source::store("one").await;
