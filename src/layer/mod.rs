@@ -219,11 +219,8 @@ impl Authorizer {
 /// Leaves the request's own `Authorization` (of several, the first) alone.
 #[cold]
 fn keep_own(headers: &mut HeaderMap) {
-    if let http::header::Entry::Occupied(mut own) = headers.entry(AUTHORIZATION) {
-        let first = own.iter().next().cloned();
-        if let Some(first) = first {
-            own.insert(first);
-        }
+    if let Some(first) = headers.get(AUTHORIZATION).cloned() {
+        headers.insert(AUTHORIZATION, first);
     }
 }
 
