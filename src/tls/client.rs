@@ -68,6 +68,10 @@ type Connector = Tagging<HttpsConnector<HttpConnector>>;
 /// identity. The rule is the crate's, for every request it resends: see
 /// [the crate docs](crate#when-a-request-is-sent-again).
 ///
+/// Requests go over TLS alone: an `http://` one is refused before anything is dialled,
+/// with hyper-util's connect error whose source is an `io::Error` of kind `InvalidInput`
+/// naming the URI.
+///
 /// A tower `Service` for request bodies of type `B`, cheap to clone; put a
 /// [`BearerLayer`](crate::BearerLayer) in front of it for a token as well. By default it
 /// presents no client certificate, keeps hyper-util's default pool (idle connections kept
