@@ -420,6 +420,27 @@ async fn the_timer_rereads_and_stops_with_the_last_handle() {
     );
 }
 
+/// `status()` names the token's subject and fingerprint, as the token does.
+#[tokio::test]
+async fn status_shows_the_tokens_subject_and_fingerprint() {
+    use base64::Engine as _;
+    let part = |json: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+    let jwt = format!(
+        "{}.{}.c2ln",
+        part(r#"{"alg":"RS256"}"#),
+        part(r#"{"sub":"system:serviceaccount:ns:sa","iat":1800000000,"exp":1800003600}"#)
+    );
+    let store = Scripted::new(&jwt).loader().load().await.unwrap();
+    let status = store.status();
+    assert_eq!(
+        status.subject.as_deref(),
+        Some("system:serviceaccount:ns:sa")
+    );
+    let fingerprint = store.current().fingerprint().to_string();
+    assert!(!fingerprint.is_empty());
+    assert_eq!(status.fingerprint, fingerprint);
+}
+
 #[tokio::test]
 async fn status_and_debug_never_show_the_token() {
     let src = Scripted::new("very-secret-token");
