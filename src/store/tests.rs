@@ -742,3 +742,17 @@ async fn a_possible_refusal_never_spends_the_read_a_certain_one_needs() {
     );
     assert_eq!(reads(), 6);
 }
+
+/// A failed fetch's error is the source's own, reachable by its type; an invalid read's is not.
+#[tokio::test]
+async fn a_fetch_error_is_the_sources_own_by_its_type() {
+    let failing = crate::test_support::loader("failing", || async {
+        Err::<Vec<u8>, _>(std::io::Error::new(std::io::ErrorKind::NotFound, "gone"))
+    });
+    let err = failing.load().await.unwrap_err();
+    let own = err.downcast_ref::<std::io::Error>().expect("the source's error");
+    assert_eq!(own.kind(), std::io::ErrorKind::NotFound);
+    assert!(err.downcast_ref::<std::fmt::Error>().is_none());
+    let invalid = Scripted::new("bad\x01").loader().load().await.unwrap_err();
+    assert!(invalid.downcast_ref::<std::io::Error>().is_none(), "{invalid:?}");
+}
