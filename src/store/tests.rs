@@ -439,6 +439,8 @@ async fn status_shows_the_tokens_subject_and_fingerprint() {
     let fingerprint = store.current().fingerprint().to_string();
     assert!(!fingerprint.is_empty());
     assert_eq!(status.fingerprint, fingerprint);
+    // A token is no bundle: it leaves no certificate out.
+    assert_eq!(status.skipped_certificates, 0);
 }
 
 #[tokio::test]
