@@ -256,6 +256,23 @@ async fn the_dates_are_timestamps_that_the_reads_set() {
     assert_eq!(gauge("generation"), 2.0);
 }
 
+/// A JWT's issued date is its own `iat`, not the moment it was read.
+#[tokio::test]
+async fn a_jwts_issued_date_is_its_iat() {
+    let recorder = Recorded::new();
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    const IAT: u64 = 1_800_000_000;
+    let _store = Scripted::new(&jwt(IAT, IAT + 3600))
+        .loader("issued")
+        .load()
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.value("bearer_reload_token_issued_timestamp_seconds{source=issued}"),
+        IAT as f64
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_expired_token_has_its_expiry_in_the_past() {
     let recorder = Recorded::new();

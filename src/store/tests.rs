@@ -752,9 +752,14 @@ async fn a_fetch_error_is_the_sources_own_by_its_type() {
         Err::<Vec<u8>, _>(std::io::Error::new(std::io::ErrorKind::NotFound, "gone"))
     });
     let err = failing.load().await.unwrap_err();
-    let own = err.downcast_ref::<std::io::Error>().expect("the source's error");
+    let own = err
+        .downcast_ref::<std::io::Error>()
+        .expect("the source's error");
     assert_eq!(own.kind(), std::io::ErrorKind::NotFound);
     assert!(err.downcast_ref::<std::fmt::Error>().is_none());
     let invalid = Scripted::new("bad\x01").loader().load().await.unwrap_err();
-    assert!(invalid.downcast_ref::<std::io::Error>().is_none(), "{invalid:?}");
+    assert!(
+        invalid.downcast_ref::<std::io::Error>().is_none(),
+        "{invalid:?}"
+    );
 }

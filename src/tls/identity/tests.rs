@@ -233,6 +233,16 @@ async fn the_debug_and_the_status_hold_no_key() {
         debug.starts_with("IdentityStore { source: \"loader pem\", certificate: Certificate { subject: \"CN=n1, O=system:nodes\""),
         "{debug}"
     );
+    // rustls's view of it (a `ClientConfig`'s `Debug` shows its resolver): the store and
+    // the certificate it holds now.
+    let resolver = format!("{:?}", store.resolver());
+    let current = store.store.current().to_string();
+    assert!(current.contains("CN=n1"), "{current}");
+    assert_eq!(
+        resolver,
+        format!("IdentityStore {{ source: \"loader pem\", current: {current}, .. }}")
+    );
+    let shown = format!("{shown} {resolver}");
     for line in node.key_pem.lines().filter(|l| !l.starts_with("-----")) {
         assert!(!shown.contains(line), "{shown}");
     }
@@ -288,6 +298,30 @@ async fn the_status_says_expired_once_the_certificate_in_use_is() {
     let status = store.status();
     assert!(status.expired, "{status:?}");
     assert_eq!(status.fingerprint, store.certificate().fingerprint);
+}
+
+/// The expiry warning speaks of a certificate by its `notAfter`: not while it is valid,
+/// once when a read after it finds nothing newer.
+#[tokio::test(start_paused = true)]
+async fn an_expired_certificate_in_use_is_warned_about_once_after_its_not_after() {
+    let (logs, _guard) = crate::test_support::capture_logs();
+    let ca = Ca::new("kubernetes");
+    let now = SystemTime::now();
+    let pem = ca.client_valid("n1", now - HOUR, now + HOUR).combined();
+    let store = IdentityStore::builder(crate::test_support::pem("pem", pem))
+        .no_watch()
+        .no_periodic_refresh()
+        .clock(crate::clock::Clock::tokio_from(now))
+        .load()
+        .await
+        .unwrap();
+    store.reload().await.unwrap();
+    assert_eq!(logs.count("has expired"), 0, "{}", logs.text());
+    tokio::time::advance(2 * HOUR).await;
+    // The source's certificate is the expired one: refused, and the one in use warned of.
+    store.reload().await.unwrap_err();
+    store.reload().await.unwrap_err();
+    assert_eq!(logs.count("has expired"), 1, "{}", logs.text());
 }
 
 /// A certificate whose source says it expired before its `notAfter` (an exec plugin's
