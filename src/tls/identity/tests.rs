@@ -335,7 +335,10 @@ async fn the_sources_earlier_expiry_makes_the_identity_expired() {
             &self,
             _: crate::source::FetchContext,
         ) -> Result<crate::source::Fetched, Self::Error> {
-            Ok(crate::source::Fetched::new(self.0.clone()).with_expires_at(self.1))
+            let fetched = crate::source::Fetched::new(self.0.clone());
+            Ok(fetched
+                .with_expires_at(self.1)
+                .with_refresh_at(self.1 - HOUR))
         }
         fn describe(&self) -> String {
             "dated".to_owned()
@@ -352,4 +355,6 @@ async fn the_sources_earlier_expiry_makes_the_identity_expired() {
     assert!(store.certificate().not_after > SystemTime::now());
     assert_eq!(status.expires_at, Some(past));
     assert!(status.expired, "{status:?}");
+    // And when it asked to be read again is the store's refresh point.
+    assert_eq!(status.refresh_at, Some(past - HOUR));
 }
