@@ -21,6 +21,10 @@ pub(crate) enum UriError {
         uri: Uri,
     },
     /// It names no host (`https://host[:port]`).
+    #[cfg_attr(
+        not(feature = "tonic"),
+        expect(dead_code, reason = "feature tonic's TlsChannel")
+    )]
     #[error("{uri} names no host")]
     NoHost {
         /// The URI.

@@ -215,6 +215,7 @@ pub(crate) mod stores;
 pub use certificate::Certificate;
 pub use client::HttpsClient;
 pub use error::CertificateError;
+#[cfg(feature = "tonic")]
 pub(crate) use error::UriError;
 pub use identity::IdentityStore;
 pub use roots::RootStore;
