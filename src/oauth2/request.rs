@@ -251,6 +251,11 @@ impl Form {
     pub(super) fn as_str(&self) -> &str {
         &self.0
     }
+
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
 }
 
 impl fmt::Debug for Form {

@@ -8,6 +8,24 @@ use super::request::{Form, parse, read_answer};
 use super::*;
 use crate::source::{FetchContext, TokenSource};
 
+/// The room for a pair is made before it is written, for its worst case (every byte
+/// `%XX`) beside what is there, and at least double the length: the buffer, which holds
+/// a client secret, never grows by itself (a `String`'s growth frees the old one unwiped).
+/// So its capacity after each pair is the room made for it.
+#[test]
+fn the_form_makes_room_for_each_pair_before_writing_it() {
+    let mut form = Form::default();
+    let mut capacities = Vec::new();
+    for (name, value) in [("a", "\u{1}"), ("b", "c"), ("d", ""), ("e", ""), ("f", "")] {
+        form.push(name, value);
+        capacities.push(form.capacity());
+    }
+    assert_eq!(form.as_str(), "a=%01&b=c&d=&e=&f=");
+    // 0 + 2 + 3 * 2 = 8; 5 + 2 + 3 * 2 = 13; 9 + 2 + 3 = 14, doubled 18; 15 + 2 + 3 = 20,
+    // doubled 30 (the fourth pair fits the 18).
+    assert_eq!(capacities, [8, 13, 18, 18, 30]);
+}
+
 #[test]
 fn the_form_is_urlencoded_as_rfc_6749_appendix_b_says() {
     let mut form = Form::default();
