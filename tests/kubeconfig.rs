@@ -624,3 +624,39 @@ async fn the_chosen_context_is_followed_and_each_store_names_its_part() {
         );
     }
 }
+
+/// A kubeconfig whose token is inline but whose CA is a file it names: the token follows
+/// the kubeconfig, the bundle is read from its own file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_token_beside_a_ca_file_reads_the_bundle_from_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("workload");
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let text = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "workload", "cluster": {
+            "server": "https://127.0.0.1:6443",
+            "certificate-authority": ca_file,
+        }}],
+        "users": [{"name": "admin", "user": {"token": "t0"}}],
+        "contexts": [{"name": "admin@workload", "context": {
+            "cluster": "workload", "user": "admin",
+        }}],
+        "current-context": "admin@workload",
+    })
+    .to_string();
+    let path = dir.path().join("config");
+    std::fs::write(&path, text).unwrap();
+    let (_, credentials) = from_kubeconfig(&path).await;
+    let (token, _, roots) = credentials_stores(&credentials);
+    assert_eq!(
+        token.expect("the inline token").current().header_value(),
+        "Bearer t0"
+    );
+    let roots = roots.expect("the CA file's store");
+    let source = roots.status().source;
+    assert!(source.contains(&ca_file.display().to_string()), "{source}");
+    assert_eq!(roots.certificates().len(), 1);
+}
