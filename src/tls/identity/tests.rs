@@ -279,8 +279,12 @@ async fn the_resolver_answers_with_the_current_identity() {
     assert!(resolver.has_certs());
 }
 
+/// The status says expired once the certificate in use is, and the expiry warning speaks
+/// of it by its `notAfter`: not while it is valid, once when a read after it finds nothing
+/// newer.
 #[tokio::test(start_paused = true)]
-async fn the_status_says_expired_once_the_certificate_in_use_is() {
+async fn the_status_says_expired_once_the_certificate_in_use_is_and_warns_once() {
+    let (logs, _guard) = crate::test_support::capture_logs();
     let ca = Ca::new("kubernetes");
     let now = SystemTime::now();
     let pem = ca.client_valid("n1", now - HOUR, now + HOUR).combined();
@@ -293,31 +297,13 @@ async fn the_status_says_expired_once_the_certificate_in_use_is() {
         .await
         .unwrap();
     assert!(!store.status().expired);
+    store.reload().await.unwrap();
+    assert_eq!(logs.count("has expired"), 0, "{}", logs.text());
     tokio::time::advance(2 * HOUR).await;
     // The source still has nothing newer: the expired certificate stays in use, and says so.
     let status = store.status();
     assert!(status.expired, "{status:?}");
     assert_eq!(status.fingerprint, store.certificate().fingerprint);
-}
-
-/// The expiry warning speaks of a certificate by its `notAfter`: not while it is valid,
-/// once when a read after it finds nothing newer.
-#[tokio::test(start_paused = true)]
-async fn an_expired_certificate_in_use_is_warned_about_once_after_its_not_after() {
-    let (logs, _guard) = crate::test_support::capture_logs();
-    let ca = Ca::new("kubernetes");
-    let now = SystemTime::now();
-    let pem = ca.client_valid("n1", now - HOUR, now + HOUR).combined();
-    let store = IdentityStore::builder(crate::test_support::pem("pem", pem))
-        .no_watch()
-        .no_periodic_refresh()
-        .clock(crate::clock::Clock::tokio_from(now))
-        .load()
-        .await
-        .unwrap();
-    store.reload().await.unwrap();
-    assert_eq!(logs.count("has expired"), 0, "{}", logs.text());
-    tokio::time::advance(2 * HOUR).await;
     // The source's certificate is the expired one: refused, and the one in use warned of.
     store.reload().await.unwrap_err();
     store.reload().await.unwrap_err();
