@@ -693,7 +693,9 @@ async fn a_bad_read_keeps_the_last_good_identity_until_the_pair_is_whole() {
     std::fs::write(&cert, &next.cert_pem).unwrap();
     std::fs::remove_file(&key).unwrap();
     std::fs::create_dir(&key).unwrap();
-    let err = identity.reload().await.unwrap_err();
+    let err = support::reload_after_write(|| identity.reload())
+        .await
+        .unwrap_err();
     let shown = support::chain(&err);
     assert!(
         shown.contains(&format!("key {}: the path is a directory", key.display())),

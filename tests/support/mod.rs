@@ -106,6 +106,17 @@ pub async fn wait_for_token(store: &TokenStore, token: &str) {
     );
 }
 
+/// A store's reload that reads what the caller last wrote: a reload may share a read in
+/// flight that started before the write (`TokenStore::reload`'s doc), so this reloads once
+/// more after that one, whose read cannot have started earlier.
+pub async fn reload_after_write<T, E, F>(mut reload: impl FnMut() -> F) -> Result<T, E>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let _shared = reload().await;
+    reload().await
+}
+
 /// Polls `cond` every few milliseconds until it holds; fails after [`DEADLINE`].
 pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
