@@ -111,7 +111,33 @@ async fn debug_shows_the_credentials_and_the_generations_of_the_pool_in_use() {
         "{shown}"
     );
     assert!(
-        shown.ends_with("generations: Generations { identity: 0, roots: 1 }, .. }"),
+        shown.ends_with("generations: generations(0, 1), .. }"),
         "{shown}"
     );
+}
+
+/// A rotation makes one new pool, whichever store rotated; a clone that sees the same
+/// generations late, or older ones, takes the current pool and makes none (every pool is
+/// a new set of connections).
+#[tokio::test]
+async fn a_pool_is_made_for_newer_generations_only() {
+    let pem = Ca::new("kubernetes").pem();
+    let roots = RootStore::builder(crate::test_support::pem("ca", pem))
+        .load()
+        .await
+        .unwrap();
+    let client = HttpsClient::<Empty<Bytes>>::new(roots);
+    let generations = |identity, roots| Generations { identity, roots };
+    let pool_for = |identity, roots| client.shared.pool_for(generations(identity, roots));
+    let first = client.shared.pool_now();
+    assert_eq!(first.generations, generations(0, 1));
+    assert!(Arc::ptr_eq(&pool_for(0, 1), &first), "the same generations");
+    assert!(Arc::ptr_eq(&pool_for(0, 0), &first), "older generations");
+
+    let bundle = pool_for(0, 2);
+    assert!(!Arc::ptr_eq(&bundle, &first), "a newer bundle");
+    assert_eq!(bundle.generations, generations(0, 2));
+    let identity = pool_for(1, 2);
+    assert!(!Arc::ptr_eq(&identity, &bundle), "a newer identity");
+    assert_eq!(identity.generations, generations(1, 2));
 }
