@@ -84,6 +84,32 @@ fn the_remedy_names_aws_lc_rs_for_p521_unless_it_is_the_provider() {
     assert_eq!(remedy("Ed448", "ring"), "");
     assert!(remedy("RSA 1024", "aws-lc-rs").contains("2048"));
     assert_eq!(remedy("RSA 3072", "ring"), "");
+    assert_eq!(remedy("RSA 2048", "ring"), "");
+    assert!(remedy("RSA 2047", "ring").contains("2048"));
+}
+
+/// A SEC1 key that names its curve in `[0]` is named by it, not by its length, whatever
+/// order its optional parts come in.
+#[test]
+fn a_sec1_key_is_named_by_the_curve_it_names() {
+    // secp256k1 (1.3.132.0.10): a 32-byte key, as P-256's.
+    let curve = [0xa0, 0x07, 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x0a];
+    let public_key = [0xa1, 0x04, 0x03, 0x02, 0x00, 0x04];
+    let key = |optional: &[&[u8]]| {
+        let mut content = vec![0x02, 0x01, 0x01, 0x04, 0x20];
+        content.extend([0x11; 32]);
+        for part in optional {
+            content.extend_from_slice(part);
+        }
+        let mut der = vec![0x30, u8::try_from(content.len()).unwrap()];
+        der.extend(content);
+        key_type(&PrivateKeyDer::Sec1(der.into()))
+    };
+    let named = "an EC key on curve 1.3.132.0.10";
+    assert_eq!(key(&[&curve]), named);
+    assert_eq!(key(&[&curve, &public_key]), named);
+    assert_eq!(key(&[&public_key, &curve]), named);
+    assert_eq!(key(&[&public_key]), P256, "no curve named: by the length");
 }
 
 #[test]
