@@ -186,6 +186,20 @@ async fn the_store_follows_the_file_keeps_the_last_good_identity_and_names_the_p
     // Read again unchanged: no rotation.
     store.reload().await.unwrap();
     assert_eq!(store.generation(), 2);
+    // A file of 1 MiB (a long chain, notes beside it) is read; a byte more is not.
+    let mut padded = second.combined();
+    padded.push_str(&"#".repeat(1024 * 1024 - padded.len() - 1));
+    padded.push('\n');
+    writers::rename_over(&path, &padded).unwrap();
+    store.reload().await.unwrap();
+    padded.push('\n');
+    writers::rename_over(&path, &padded).unwrap();
+    let err = crate::store::Chain(&store.reload().await.unwrap_err()).to_string();
+    assert!(
+        err.contains("is 1048577 bytes, over the cap of 1048576"),
+        "{err}"
+    );
+    assert_eq!(store.generation(), 2);
 
     // A half-written file, a mismatched pair, a directory in its place: refused, the last
     // good identity stays, and the error names the path and the problem; the log names the
