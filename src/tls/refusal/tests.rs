@@ -21,6 +21,30 @@ fn an_alert_or_an_unknown_issuer_is_found_under_io_and_hyper_errors() {
     assert_eq!(blame(&Outer(alert)), Some(Blame::Identity));
 }
 
+/// A rustls error in the chain as itself, not inside an `io::Error` whose words would
+/// tell: its variant decides.
+#[test]
+fn a_rustls_error_in_the_chain_is_read_by_its_variant() {
+    #[derive(Debug, thiserror::Error)]
+    #[error("handshake")]
+    struct Outer(#[source] rustls::Error);
+    let blame_of = |error| blame(&Outer(error));
+    for alert in IDENTITY_ALERTS {
+        assert_eq!(
+            blame_of(rustls::Error::AlertReceived(alert)),
+            Some(Blame::Identity)
+        );
+    }
+    let close = rustls::Error::AlertReceived(AlertDescription::CloseNotify);
+    assert_eq!(blame_of(close), None);
+    for verdict in [Verify::UnknownIssuer, Verify::BadSignature] {
+        let error = rustls::Error::InvalidCertificate(verdict);
+        assert_eq!(blame_of(error), Some(Blame::Roots));
+    }
+    let name = rustls::Error::InvalidCertificate(Verify::NotValidForName);
+    assert_eq!(blame_of(name), None);
+}
+
 /// Under HTTP/2, h2 keeps an I/O error's kind and message only: the rustls error is found
 /// by its words, each alert and verdict as rustls shows it.
 #[test]
