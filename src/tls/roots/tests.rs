@@ -172,6 +172,21 @@ async fn a_system_sized_and_a_corporate_sized_bundle_load_with_the_defaults() {
     assert!(corporate.len() > 1_000_000, "{}", corporate.len());
     let (roots, _dir) = load_default(&corporate).await;
     assert_eq!(roots.certificates().len(), 480);
+
+    // The cap: 16 MiB are read, a byte more is not.
+    let mut padded = corporate;
+    padded.push_str(&"#".repeat(16 * 1024 * 1024 - padded.len() - 1));
+    padded.push('\n');
+    let (roots, dir) = load_default(&padded).await;
+    assert_eq!(roots.certificates().len(), 480);
+    padded.push('\n');
+    let path = dir.path().join("ca-certificates.crt");
+    writers::rename_over(&path, &padded).unwrap();
+    let err = crate::store::Chain(&roots.reload().await.unwrap_err()).to_string();
+    assert!(
+        err.contains("is 16777217 bytes, over the cap of 16777216"),
+        "{err}"
+    );
 }
 
 /// `der` as a `CERTIFICATE` section.

@@ -96,3 +96,19 @@ fn a_certificate_and_key_pair_is_watched_and_re_read_as_its_files_are() {
         "certificate /pki/client.crt and key /pki/client.key"
     );
 }
+
+/// A certificate's jitter seed is its own: the same PEM read twice has the same one,
+/// another certificate another.
+#[test]
+fn a_pems_seed_is_the_same_read_again_and_another_for_another_pem() {
+    let ca = Ca::new("pods");
+    let hour = Duration::from_secs(3600);
+    let (one, two) = (ca.client("pod", hour), ca.client("pod", hour));
+    let seed = |pem: String| {
+        let parsed =
+            <crate::tls::identity::Identity as Parse>::parse(pem.as_bytes(), SystemTime::now());
+        parsed.unwrap().seed()
+    };
+    assert_eq!(seed(one.combined()), seed(one.combined()));
+    assert_ne!(seed(one.combined()), seed(two.combined()));
+}
