@@ -264,6 +264,8 @@ async fn debug_shows_neither_secrets_nor_assertions() {
             source.describe(),
             "oauth2 client-credentials svc at https://idp.test/token"
         );
+        // Its documented time limit: a remote server, a handshake, a cold start.
+        assert_eq!(source.default_fetch_timeout().as_secs(), 30);
     }
     let auth = ClientAuth::client_assertion_file("/run/assertion");
     assert_eq!(format!("{auth:?}"), "client_assertion_file(/run/assertion)");
@@ -292,6 +294,7 @@ async fn an_exchange_shows_its_subjects_source_never_its_token() {
         exchange.describe(),
         "oauth2 token-exchange app at https://idp.test/token"
     );
+    assert_eq!(exchange.default_fetch_timeout().as_secs(), 30);
 }
 
 #[tokio::test]
