@@ -303,6 +303,37 @@ fn inline_certificates_are_the_file_s_only_when_kube_would_use_them() {
     assert!(!inline("{server: https://c}", "{tokenFile: /t}").any());
 }
 
+/// Inline certificates are checked with the rest of the file: data that is no identity or
+/// no bundle is the file's problem, named by its user or cluster.
+#[cfg(feature = "tls")]
+#[test]
+fn inline_data_that_is_no_certificate_is_the_file_s_problem() {
+    let cases = [
+        (
+            "{server: https://c, certificate-authority-data: Y2E=}",
+            "{token: t}",
+            "certificate-authority-data of cluster c is not a CA bundle",
+        ),
+        (
+            "{server: https://c}",
+            "{client-certificate-data: Y2VydA==, client-key-data: a2V5}",
+            "client-certificate-data and client-key-data of user u are not a client identity",
+        ),
+    ];
+    for (cluster, user, says) in cases {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
+             users: [{{name: u, user: {user}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        );
+        let (_, selected) = select(text.as_bytes(), &selection(None)).unwrap();
+        let Err(problem) = snapshot(&selected, SystemTime::now()) else {
+            panic!("{says}: taken");
+        };
+        assert_eq!(problem.to_string(), says);
+    }
+}
+
 /// A kubeconfig is a file: watched, with the file's timer behind the watch, and its paths
 /// the file's.
 #[test]
