@@ -125,14 +125,14 @@ pub(super) fn parse(
     command: &str,
 ) -> Result<Credential, ExecError> {
     let command = || command.to_owned();
-    let doc: Value = serde_json::from_slice(stdout).map_err(|e| ExecError::InvalidJson {
+    let mut doc: Value = serde_json::from_slice(stdout).map_err(|e| ExecError::InvalidJson {
         command: command(),
         // Line and column only: serde_json's syntax errors quote no input.
         reason: e.to_string(),
     })?;
     // The document's strings hold the token and the key: wiped however this returns.
-    let doc = Wiped(doc);
-    let Value::Object(doc) = &doc.0 else {
+    let doc = Wiped(&mut doc);
+    let Value::Object(doc) = &*doc.0 else {
         return Err(ExecError::InvalidJson {
             command: command(),
             reason: "the document is not a JSON object".into(),
@@ -185,10 +185,10 @@ pub(super) fn parse(
     })
 }
 
-/// A plugin's document, every string of which is wiped when it is dropped.
-struct Wiped(Value);
+/// A plugin's document, every string of which is wiped when this is dropped.
+struct Wiped<'a>(&'a mut Value);
 
-impl Drop for Wiped {
+impl Drop for Wiped<'_> {
     fn drop(&mut self) {
         fn wipe(value: &mut Value) {
             match value {
@@ -198,7 +198,7 @@ impl Drop for Wiped {
                 Value::Null | Value::Bool(_) | Value::Number(_) => {}
             }
         }
-        wipe(&mut self.0);
+        wipe(self.0);
     }
 }
 
@@ -214,3 +214,6 @@ fn shown(value: &str) -> String {
     }
     value
 }
+
+#[cfg(test)]
+mod tests;
