@@ -557,6 +557,8 @@ mod from_kube {
             "interactiveMode": "Never",
             "provideClusterInfo": true,
         }));
+        // kube's own: variables the plugin does not inherit.
+        config.drop_env = Some(vec!["AWS_SESSION_TOKEN".into()]);
         config.cluster = Some(::kube::config::ExecAuthCluster {
             server: Some("https://k".into()),
             certificate_authority_data: Some(b"ca".to_vec()),
@@ -572,6 +574,7 @@ mod from_kube {
                 ("EMPTY".into(), "".into())
             ]
         );
+        assert_eq!(source.drop_env, ["AWS_SESSION_TOKEN"]);
         assert_eq!(source.api_version, ApiVersion::V1Beta1);
         assert_eq!(source.interactive, InteractiveMode::Never);
         assert_eq!(source.install_hint.as_deref(), Some("install the aws cli"));
