@@ -160,3 +160,6 @@ async fn read_tail(mut r: impl AsyncRead + Unpin) -> io::Result<Tail> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
