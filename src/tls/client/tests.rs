@@ -111,7 +111,7 @@ async fn debug_shows_the_credentials_and_the_generations_of_the_pool_in_use() {
         "{shown}"
     );
     assert!(
-        shown.ends_with("generations: generations(0, 1), .. }"),
+        shown.ends_with("generations: Generations { identity: 0, roots: 1 }, .. }"),
         "{shown}"
     );
 }
