@@ -24,6 +24,16 @@ fn the_form_makes_room_for_each_pair_before_writing_it() {
     // 0 + 2 + 3 * 2 = 8; 5 + 2 + 3 * 2 = 13; 9 + 2 + 3 = 14, doubled 18; 15 + 2 + 3 = 20,
     // doubled 30 (the fourth pair fits the 18).
     assert_eq!(capacities, [8, 13, 18, 18, 30]);
+
+    // Room that is just enough is enough: 11 + 2 + 3 = 16 fits the 16 made before.
+    let mut form = Form::default();
+    let mut capacities = Vec::new();
+    for (name, value) in [("k", "\u{1}\u{1}"), ("d", ""), ("e", "")] {
+        form.push(name, value);
+        capacities.push(form.capacity());
+    }
+    assert_eq!(form.as_str(), "k=%01%01&d=&e=");
+    assert_eq!(capacities, [11, 16, 16]);
 }
 
 #[test]
