@@ -37,6 +37,15 @@ current-context: a
     )
 }
 
+/// A kubeconfig of one context, `x`, of cluster `c` and user `u` (each given as YAML).
+fn one_context(cluster: &str, user: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
+         users: [{{name: u, user: {user}}}]\n\
+         contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+    )
+}
+
 fn selection(context: Option<&str>) -> KubeConfigOptions {
     KubeConfigOptions {
         context: context.map(str::to_owned),
@@ -127,12 +136,9 @@ fn what_cannot_be_used_is_said_with_where_and_never_the_secret() {
 #[test]
 fn the_inline_token_is_the_file_s_only_when_kube_would_use_it() {
     let token = |user: &str| {
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: https://c}}}}]\n\
-             users: [{{name: u, user: {user}}}]\n\
-             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
-        );
-        shape_of(&text, None).inline.token
+        shape_of(&one_context("{server: https://c}", user), None)
+            .inline
+            .token
     };
     assert!(token("{token: t}"));
     // Before it in kube's order: username and password, an auth provider.
@@ -265,11 +271,7 @@ fn a_part_reads_the_file_again_unless_the_file_s_store_just_read_it() {
 #[test]
 fn inline_certificates_are_the_file_s_only_when_kube_would_use_them() {
     let inline = |cluster: &str, user: &str| {
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
-             users: [{{name: u, user: {user}}}]\n\
-             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
-        );
+        let text = one_context(cluster, user);
         let (_, selected) = select(text.as_bytes(), &selection(None)).unwrap();
         Inline::of(&selected)
     };
@@ -321,11 +323,7 @@ fn inline_data_that_is_no_certificate_is_the_file_s_problem() {
         ),
     ];
     for (cluster, user, says) in cases {
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
-             users: [{{name: u, user: {user}}}]\n\
-             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
-        );
+        let text = one_context(cluster, user);
         let (_, selected) = select(text.as_bytes(), &selection(None)).unwrap();
         let Err(problem) = snapshot(&selected, SystemTime::now()) else {
             panic!("{says}: taken");
@@ -356,11 +354,7 @@ fn a_kubeconfig_is_watched_and_timed_as_a_file() {
 #[test]
 fn credentials_kube_does_not_use_are_not_read() {
     let snap = |cluster: &str, user: &str| {
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {cluster}}}]\n\
-             users: [{{name: u, user: {user}}}]\n\
-             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
-        );
+        let text = one_context(cluster, user);
         let (_, selected) = select(text.as_bytes(), &selection(None)).unwrap();
         snapshot(&selected, SystemTime::now()).map(|s| s.shape.inline)
     };
