@@ -21,15 +21,15 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Builder, Client, Error};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{Dialled, Serves, Tagging, Verdict, https_connector};
+use super::connect::{
+    Dialled, HttpsConnector, Serves, Tagging, Unanswered, Verdict, https_connector,
+};
 use super::refusal::{Blame, blame};
 use super::refusal::{Failure, may_send_again};
 use super::stores::{Generations, Refusal, Stores};
@@ -42,7 +42,7 @@ use crate::sync::lock;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The connector under every pool.
-type Connector = Tagging<HttpsConnector<HttpConnector>>;
+type Connector = Tagging<HttpsConnector>;
 
 /// A hyper-util HTTPS client (rustls with ring) that presents an
 /// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
@@ -342,47 +342,55 @@ impl Classified {
 
 /// Whether `outcome` is a refusal, or may be one.
 fn refusal(outcome: &Outcome) -> Option<Classified> {
-    let refusal = |blame, failure, dialled: Option<&Dialled>| Classified {
-        blame,
-        failure,
-        dialled: dialled.map(|d| d.generations),
-    };
-    match outcome {
+    let error = match outcome {
         Ok(response) => {
-            let dialled = response.extensions().get::<Dialled>();
-            if let Some(dialled) = dialled {
+            // An HTTP/2 connection's first answer marks it answered.
+            if let Some(dialled) = response.extensions().get::<Dialled>() {
                 dialled.answered();
             }
-            (response.status() == StatusCode::UNAUTHORIZED)
-                .then(|| refusal(Blame::Identity, Failure::Refused, dialled))
-        }
-        Err(error) => {
-            let dialled = error.connect_info().and_then(|info| {
-                let mut extensions = http::Extensions::new();
-                info.get_extras(&mut extensions);
-                extensions.remove::<Dialled>()
+            let refused = response.status() == StatusCode::UNAUTHORIZED;
+            return refused.then_some(Classified {
+                blame: Blame::Identity,
+                failure: Failure::Refused,
+                dialled: None,
             });
-            let dialled = dialled.as_ref();
-            match (blame(error), dialled.map(Dialled::verdict)) {
-                (Some(blame), _) => Some(refusal(blame, Failure::Refused, dialled)),
-                (None, Some(Verdict::Refused)) => {
-                    Some(refusal(Blame::Identity, Failure::Refused, dialled))
-                }
-                // Closed before it answered anything: over TLS 1.3 the server's refusal
-                // of the certificate can end a connection after our handshake, before
-                // the alert is read; so can a server that crashed after acting on it.
-                (None, Some(Verdict::Unanswered)) => {
-                    Some(refusal(Blame::Identity, Failure::Uncertain, dialled))
-                }
-                // Closed during hyper's own handshake on a new connection, which never
-                // reached the pool (so the error tells nothing of it): the request was
-                // never written, and a refusal may have ended the connection there.
-                (None, None) if closed_before_pooled(error) => {
-                    Some(refusal(Blame::Identity, Failure::NotWritten, None))
-                }
-                (None, _) => None,
-            }
         }
+        Err(error) => error,
+    };
+    // An HTTP/2 connection's, whose requests' errors keep no cause.
+    let dialled = error.connect_info().and_then(|info| {
+        let mut extensions = http::Extensions::new();
+        info.get_extras(&mut extensions);
+        extensions.remove::<Dialled>()
+    });
+    // An HTTP/1.1 connection that ended before the server sent anything.
+    let unanswered = Unanswered::find(error);
+    let generations =
+        (dialled.as_ref().map(|d| d.generations)).or_else(|| unanswered.map(|u| u.generations));
+    let refusal = |blame, failure| {
+        Some(Classified {
+            blame,
+            failure,
+            dialled: generations,
+        })
+    };
+    match (blame(error), dialled.map(|d| d.verdict())) {
+        (Some(blame), _) => refusal(blame, Failure::Refused),
+        (None, Some(Verdict::Refused)) => refusal(Blame::Identity, Failure::Refused),
+        // Ended before the server sent anything: over TLS 1.3 the server's refusal of the
+        // certificate can end a connection after our handshake, before the alert is read;
+        // so can a server that crashed after acting on the request.
+        (None, Some(Verdict::Unanswered)) => refusal(Blame::Identity, Failure::Uncertain),
+        (None, None) if unanswered.is_some() => refusal(Blame::Identity, Failure::Uncertain),
+        // Closed during hyper's own handshake on a new connection, which never reached the
+        // pool (so the error tells nothing of it): the request was never written, and a
+        // refusal may have ended the connection there.
+        (None, None) if closed_before_pooled(error) => Some(Classified {
+            blame: Blame::Identity,
+            failure: Failure::NotWritten,
+            dialled: None,
+        }),
+        (None, _) => None,
     }
 }
 

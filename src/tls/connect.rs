@@ -1,27 +1,32 @@
-//! The connector under an [`HttpsClient`](super::HttpsClient)'s pools: each connection is
-//! tagged with the credentials' generations it was dialled under, and one whose handshake
-//! ended after they changed is poisoned as it is handed over, so that hyper-util's pool
-//! does not reuse it. Each connection also tells its requests' errors what it was made
-//! with, and whether the server refused it: a request on it may fail with no more than
-//! "channel closed".
+//! The connector under an [`HttpsClient`](super::HttpsClient)'s pools and a
+//! `TlsChannel`'s connections: TCP, then TLS with the stores' current credentials. An
+//! `HttpsClient`'s connections are tagged with the credentials' generations they were
+//! dialled under, and one whose handshake ended after they changed is poisoned as it is
+//! handed over, so that hyper-util's pool does not reuse it. Each also tells its requests'
+//! errors what it was made with, and whether the server refused it or ended it before
+//! sending anything: a request on it may fail with no more than "channel closed".
 
+use std::error::Error;
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll, ready};
-
 use std::time::Duration;
 
 use http::Uri;
 use http::uri::Scheme;
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
 use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 use tower_service::Service;
 
 use super::error::UriError;
@@ -29,6 +34,9 @@ use super::refusal::{Blame, blame};
 use super::stores::{Generations, Stores};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A TLS connection over TCP, as [`HttpsConnector`] makes them.
+pub(crate) type TlsIo = TlsStream<TcpStream>;
 
 /// What a connector's connections carry.
 #[derive(Debug, Clone, Copy)]
@@ -51,30 +59,82 @@ pub(crate) fn https_connector(
     server_name: Option<ServerName<'static>>,
     connect_timeout: Option<Duration>,
     serves: Serves,
-) -> HttpsConnector<HttpConnector> {
+) -> HttpsConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(connect_timeout);
-    // A credential never goes out in plain text: an `http` URI is refused (and
-    // `Tagging` above says so by name first).
-    let mut tls = HttpsConnectorBuilder::new()
-        .with_tls_config(stores.client_config())
-        .https_only();
-    if let Some(name) = server_name {
-        tls = tls.with_server_name_resolver(FixedServerNameResolver::new(name));
-    }
-    let tls = match serves {
-        Serves::Any => tls.enable_all_versions(),
-        Serves::Http2 => tls.enable_http2(),
+    let mut config = stores.client_config();
+    config.alpn_protocols = match serves {
+        Serves::Any => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        Serves::Http2 => vec![b"h2".to_vec()],
     };
-    tls.wrap_connector(http)
+    HttpsConnector {
+        http,
+        tls: TlsConnector::from(Arc::new(config)),
+        server_name,
+    }
 }
 
-/// Refuses a URI that is not `https` before anything is dialled, with an error that
-/// names it (the request would carry the token the layer above put on it, and the
-/// client's certificate stands for TLS), and tags the connections of `inner` with the
-/// generations of `stores`.
+/// Dials TCP, then TLS with the stores' current credentials (their config reads them at
+/// each handshake). Refuses a URI that is not `https` before anything is dialled, with an
+/// error that names it: the request would carry the token the layer above put on it, and
+/// the client's certificate stands for TLS.
+#[derive(Clone)]
+pub(crate) struct HttpsConnector {
+    http: HttpConnector,
+    tls: TlsConnector,
+    server_name: Option<ServerName<'static>>,
+}
+
+impl fmt::Debug for HttpsConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpsConnector")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service<Uri> for HttpsConnector {
+    type Response = TlsIo;
+    type Error = BoxError;
+    // Boxed: once a dial, which a TCP and TLS handshake dwarf.
+    type Future = Pin<Box<dyn Future<Output = Result<TlsIo, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let name = self.server_name(&uri);
+        let (dial, tls) = (self.http.call(uri), self.tls.clone());
+        Box::pin(async move {
+            let name = name.map_err(io::Error::from)?;
+            let tcp = dial.await?.into_inner();
+            Ok(tls.connect(name, tcp).await?)
+        })
+    }
+}
+
+impl HttpsConnector {
+    /// The name the server is verified as (and SNI): the one set, else `uri`'s host.
+    fn server_name(&self, uri: &Uri) -> Result<ServerName<'static>, UriError> {
+        if uri.scheme() != Some(&Scheme::HTTPS) {
+            return Err(UriError::NotHttps { uri: uri.clone() });
+        }
+        if let Some(name) = &self.server_name {
+            return Ok(name.clone());
+        }
+        // An IPv6 literal's brackets are the URI's, not the address's.
+        let host = uri
+            .host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+        host.and_then(|h| ServerName::try_from(h.to_owned()).ok())
+            .ok_or_else(|| UriError::NoHost { uri: uri.clone() })
+    }
+}
+
+/// Tags the connections of `inner` with the generations of `stores`.
 #[derive(Debug, Clone)]
 pub(crate) struct Tagging<C> {
     pub(crate) inner: C,
@@ -84,46 +144,45 @@ pub(crate) struct Tagging<C> {
 
 impl<C> Service<Uri> for Tagging<C>
 where
-    C: Service<Uri>,
-    C::Error: Into<BoxError>,
-    C::Response: Send + 'static,
+    C: Service<Uri, Response = TlsIo, Error = BoxError>,
     C::Future: Send + 'static,
 {
-    type Response = Tagged<C::Response>;
+    type Response = TokioIo<Tagged<TlsIo>>;
     type Error = BoxError;
     // Boxed: once a dial, which a TCP and TLS handshake dwarf.
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        if uri.scheme() != Some(&Scheme::HTTPS) {
-            return Box::pin(std::future::ready(Err(std::io::Error::from(
-                UriError::NotHttps { uri },
-            )
-            .into())));
-        }
         // Read before the handshake, which reads the credentials after: a connection is
         // never tagged newer than what it presented.
         let generations = self.stores.generations();
         let (dial, stores) = (self.inner.call(uri), self.stores.clone());
         Box::pin(async move {
-            let io = dial.await.map_err(Into::into)?;
+            let io = dial.await?;
+            let answers = match io.get_ref().1.alpn_protocol() {
+                Some(b"h2") => Answers::Responses,
+                _ => Answers::Bytes,
+            };
             let state = Arc::default();
             let dialled = Dialled { generations, state };
-            Ok(Tagged {
+            Ok(TokioIo::new(Tagged {
                 io,
                 dialled,
+                answers,
                 stores,
-            })
+            }))
         })
     }
 }
 
-/// What a connection tells about itself, in hyper-util's `Connected::extra` (so in the
-/// errors of requests sent on it, and in their responses' extensions).
+/// What a connection tells about itself: in the errors its reads and writes fail with
+/// before the server answered ([`Unanswered`]), and for HTTP/2, whose requests' errors keep
+/// no cause, in hyper-util's `Connected::extra` (so in its requests' errors, and in their
+/// responses' extensions).
 #[derive(Debug, Clone)]
 pub(crate) struct Dialled {
     /// The generations it was made under.
@@ -131,7 +190,7 @@ pub(crate) struct Dialled {
     state: Arc<AtomicU8>,
 }
 
-/// A response came back on it.
+/// The server answered over it.
 const ANSWERED: u8 = 1;
 /// The server refused the client certificate (an alert read).
 const REFUSED: u8 = 2;
@@ -141,19 +200,18 @@ const REFUSED: u8 = 2;
 pub(crate) enum Verdict {
     /// The server refused the client certificate: an alert was read.
     Refused,
-    /// It failed before the server answered anything: over TLS 1.3 the refusal comes
-    /// after the client's handshake, and a request can fail writing to the closed
-    /// connection before it reads the alert; a server that crashed looks the same.
+    /// It failed before the server answered: over TLS 1.3 the refusal comes after
+    /// the client's handshake, and a request can fail writing to the closed connection
+    /// before it reads the alert; a server that crashed looks the same.
     Unanswered,
-    /// It answered before: whatever ended it, it was not a refusal of its certificate.
+    /// The server answered: it took the certificate, and whatever ended the
+    /// connection was not a refusal of it.
     Answered,
 }
 
 impl Dialled {
     /// What this connection's history says of a failure on it.
     pub(crate) fn verdict(&self) -> Verdict {
-        // "Answered" is marked from the responses, not from reads: the end of the stream
-        // reads as `Ok` too, and a server that refused may close without an alert.
         let state = self.state.load(Ordering::Acquire);
         if state & REFUSED != 0 {
             Verdict::Refused
@@ -164,11 +222,86 @@ impl Dialled {
         }
     }
 
-    /// A response came back on this connection: it was not refused.
+    /// The server answered over this connection: it was not refused.
     pub(crate) fn answered(&self) {
         if self.state.load(Ordering::Relaxed) & ANSWERED == 0 {
             self.state.fetch_or(ANSWERED, Ordering::Release);
         }
+    }
+
+    /// Whether the server has answered over this connection.
+    fn has_answered(&self) -> bool {
+        self.state.load(Ordering::Acquire) & ANSWERED != 0
+    }
+
+    /// The error a read or write that failed with `error` gives hyper: a certificate
+    /// alert as it is, marking the connection refused; any other before the server answered
+    /// as [`Unanswered`].
+    fn failed(&self, error: io::Error) -> io::Error {
+        if blame(&error) == Some(Blame::Identity) {
+            self.state.fetch_or(REFUSED, Ordering::Release);
+            error
+        } else if self.has_answered() {
+            error
+        } else {
+            self.unanswered(Some(error))
+        }
+    }
+
+    /// What a read that found the end of the stream gives hyper: the end, or
+    /// [`Unanswered`] before the server answered.
+    fn ended(&self) -> io::Result<()> {
+        if self.has_answered() {
+            Ok(())
+        } else {
+            Err(self.unanswered(None))
+        }
+    }
+
+    fn unanswered(&self, source: Option<io::Error>) -> io::Error {
+        let kind = source
+            .as_ref()
+            .map_or(io::ErrorKind::UnexpectedEof, io::Error::kind);
+        let generations = self.generations;
+        io::Error::new(
+            kind,
+            Unanswered {
+                generations,
+                source,
+            },
+        )
+    }
+}
+
+/// A connection ended before the server answered over it: the error its reads and
+/// writes then fail with, for HTTP/1.1, whose requests' errors hold it. The server may
+/// have refused the client certificate without an alert read, or crashed.
+#[derive(Debug, thiserror::Error)]
+#[error("the connection ended before the server answered")]
+pub(crate) struct Unanswered {
+    /// The generations the connection was made under.
+    pub(crate) generations: Generations,
+    /// What ended it; none for the end of the stream.
+    #[source]
+    source: Option<io::Error>,
+}
+
+impl Unanswered {
+    /// The one among `error`'s causes.
+    pub(crate) fn find<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a Unanswered> {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            // An `io::Error`'s `source()` skips the error it wraps.
+            if let Some(found) = e
+                .downcast_ref::<io::Error>()
+                .and_then(io::Error::get_ref)
+                .and_then(|inner| inner.downcast_ref::<Unanswered>())
+            {
+                return Some(found);
+            }
+            next = e.source();
+        }
+        None
     }
 }
 
@@ -178,13 +311,29 @@ pin_project! {
         #[pin]
         io: T,
         dialled: Dialled,
+        answers: Answers,
         stores: Arc<Stores>,
     }
 }
 
-impl<T: Connection> Connection for Tagged<T> {
+/// What marks a connection answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answers {
+    /// HTTP/1.1: the first bytes the server sends, a response's.
+    Bytes,
+    /// HTTP/2: the first response, which its client sees (the server's settings come
+    /// first, before any answer).
+    Responses,
+}
+
+impl Connection for Tagged<TlsIo> {
     fn connected(&self) -> Connected {
-        let connected = self.io.connected().extra(self.dialled.clone());
+        let mut connected = self.io.get_ref().0.connected();
+        if self.answers == Answers::Responses {
+            // HTTP/2's requests learn only that the channel closed: they read what the
+            // connection was from here.
+            connected = connected.negotiated_h2().extra(self.dialled.clone());
+        }
         if self.stores.generations() != self.dialled.generations {
             // Made with credentials that rotated during its handshake: for the request
             // that dialled it only.
@@ -194,38 +343,45 @@ impl<T: Connection> Connection for Tagged<T> {
     }
 }
 
-impl<T: Read> Read for Tagged<T> {
+impl<T: AsyncRead> AsyncRead for Tagged<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
+        buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.project();
+        let filled = buf.filled().len();
         let read = ready!(this.io.poll_read(cx, buf));
-        match &read {
-            // Over TLS 1.3 the server's verdict on the client certificate comes after the
-            // client's handshake, as an alert on the first read; hyper's HTTP/2 connection
-            // then ends, and its requests learn only that the channel closed.
-            Err(e) if blame(e) == Some(Blame::Identity) => {
-                this.dialled.state.fetch_or(REFUSED, Ordering::Release);
+        Poll::Ready(match read {
+            Ok(()) if buf.filled().len() > filled => {
+                if *this.answers == Answers::Bytes {
+                    this.dialled.answered();
+                }
+                Ok(())
             }
-            _ => {}
-        }
-        Poll::Ready(read)
+            // The end of the stream, or a read with no room.
+            Ok(()) if buf.remaining() == 0 => Ok(()),
+            Ok(()) => this.dialled.ended(),
+            Err(e) => Err(this.dialled.failed(e)),
+        })
     }
 }
 
-impl<T: Write> Write for Tagged<T> {
+impl<T: AsyncWrite> AsyncWrite for Tagged<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, buf)
+        let this = self.project();
+        this.io
+            .poll_write(cx, buf)
+            .map_err(|e| this.dialled.failed(e))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
+        let this = self.project();
+        this.io.poll_flush(cx).map_err(|e| this.dialled.failed(e))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -241,7 +397,10 @@ impl<T: Write> Write for Tagged<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
+        let this = self.project();
+        this.io
+            .poll_write_vectored(cx, bufs)
+            .map_err(|e| this.dialled.failed(e))
     }
 }
 

@@ -20,11 +20,8 @@ pub(crate) enum UriError {
         /// The URI (for a request, its scheme and authority: what would be dialled).
         uri: Uri,
     },
-    /// It names no host (`https://host[:port]`).
-    #[cfg_attr(
-        not(feature = "tonic"),
-        expect(dead_code, reason = "feature tonic's TlsChannel")
-    )]
+    /// It names no host (`https://host[:port]`) that a server can be verified as: a DNS
+    /// name or an IP address.
     #[error("{uri} names no host")]
     NoHost {
         /// The URI.

@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use http::Uri;
 use hyper::client::conn::http2::{Builder, SendRequest};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use tower_service::Service;
 
 use crate::source::BoxError;
 use crate::sync::lock;
+use crate::tls::connect::HttpsConnector;
 use crate::tls::stores::Generations;
 
 /// Spawns hyper's tasks (the connection's, and two for each call) on tokio, boxed: tokio
@@ -34,7 +34,7 @@ where
 /// moment, HTTP/2's.
 #[derive(Clone)]
 pub(crate) struct Dial {
-    pub(crate) connector: HttpsConnector<HttpConnector>,
+    pub(crate) connector: HttpsConnector,
     pub(crate) http2: Builder<Spawn>,
     pub(crate) origin: Uri,
 }
@@ -98,7 +98,7 @@ where
             let io = connector.call(dial.origin.clone()).await?;
             // Boxed: hyper spawns a task per call whose future is an enum that can also be
             // the connection's, and a TLS stream held inline would make each as large.
-            let (sender, connection) = dial.http2.handshake(Box::new(io)).await?;
+            let (sender, connection) = dial.http2.handshake(Box::new(TokioIo::new(io))).await?;
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(%error, "gRPC connection ended");
