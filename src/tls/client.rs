@@ -200,15 +200,15 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let connector = Tagging {
-            inner: https_connector(
+        let connector = Tagging::new(
+            https_connector(
                 &stores,
                 settings.server_name.clone(),
                 settings.connect_timeout,
                 Serves::Any,
             ),
-            stores: Arc::new(stores.clone()),
-        };
+            stores.clone(),
+        );
         let pool = Arc::new(Pool {
             generations: stores.generations(),
             client: settings.builder.build(connector.clone()),

@@ -134,33 +134,48 @@ impl HttpsConnector {
     }
 }
 
-/// Tags the connections of `inner` with the generations of `stores`.
-#[derive(Debug, Clone)]
+/// Tags the connections of a connector with the generations of its stores.
+#[derive(Debug)]
 pub(crate) struct Tagging<C> {
-    pub(crate) inner: C,
     /// Shared: hyper-util clones its connector for every request.
-    pub(crate) stores: Arc<Stores>,
+    shared: Arc<(C, Stores)>,
+}
+
+impl<C> Tagging<C> {
+    pub(crate) fn new(inner: C, stores: Stores) -> Self {
+        Self {
+            shared: Arc::new((inner, stores)),
+        }
+    }
+}
+
+impl<C> Clone for Tagging<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 impl<C> Service<Uri> for Tagging<C>
 where
-    C: Service<Uri, Response = TlsIo, Error = BoxError>,
+    C: Service<Uri, Response = TlsIo, Error = BoxError> + Clone + Send + Sync + 'static,
     C::Future: Send + 'static,
 {
-    type Response = TokioIo<Tagged<TlsIo>>;
+    type Response = TokioIo<Tagged<TlsIo, C>>;
     type Error = BoxError;
     // Boxed: once a dial, which a TCP and TLS handshake dwarf.
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
+        self.shared.0.clone().poll_ready(cx)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         // Read before the handshake, which reads the credentials after: a connection is
         // never tagged newer than what it presented.
-        let generations = self.stores.generations();
-        let (dial, stores) = (self.inner.call(uri), self.stores.clone());
+        let generations = self.shared.1.generations();
+        let (dial, shared) = (self.shared.0.clone().call(uri), self.shared.clone());
         Box::pin(async move {
             let io = dial.await?;
             let answers = match io.get_ref().1.alpn_protocol() {
@@ -173,7 +188,7 @@ where
                 io,
                 dialled,
                 answers,
-                stores,
+                shared,
             }))
         })
     }
@@ -307,12 +322,13 @@ impl Unanswered {
 
 pin_project! {
     /// A connection and the generations it was dialled under.
-    pub(crate) struct Tagged<T> {
+    pub(crate) struct Tagged<T, C = HttpsConnector> {
         #[pin]
         io: T,
         dialled: Dialled,
         answers: Answers,
-        stores: Arc<Stores>,
+        // The stores, to see whether they rotated during the handshake.
+        shared: Arc<(C, Stores)>,
     }
 }
 
@@ -326,7 +342,7 @@ enum Answers {
     Responses,
 }
 
-impl Connection for Tagged<TlsIo> {
+impl<C> Connection for Tagged<TlsIo, C> {
     fn connected(&self) -> Connected {
         let mut connected = self.io.get_ref().0.connected();
         if self.answers == Answers::Responses {
@@ -334,7 +350,7 @@ impl Connection for Tagged<TlsIo> {
             // connection was from here.
             connected = connected.negotiated_h2().extra(self.dialled.clone());
         }
-        if self.stores.generations() != self.dialled.generations {
+        if self.shared.1.generations() != self.dialled.generations {
             // Made with credentials that rotated during its handshake: for the request
             // that dialled it only.
             connected.poison();
@@ -343,7 +359,7 @@ impl Connection for Tagged<TlsIo> {
     }
 }
 
-impl<T: AsyncRead> AsyncRead for Tagged<T> {
+impl<T: AsyncRead, C> AsyncRead for Tagged<T, C> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -367,7 +383,7 @@ impl<T: AsyncRead> AsyncRead for Tagged<T> {
     }
 }
 
-impl<T: AsyncWrite> AsyncWrite for Tagged<T> {
+impl<T: AsyncWrite, C> AsyncWrite for Tagged<T, C> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -17,7 +17,7 @@ async fn stores() -> Stores {
 }
 
 /// `io` tagged as an HTTP/1.1 connection is.
-async fn tagged<T>(io: T) -> Tagged<T> {
+async fn tagged<T>(io: T) -> Tagged<T, ()> {
     let stores = stores().await;
     Tagged {
         io,
@@ -26,7 +26,7 @@ async fn tagged<T>(io: T) -> Tagged<T> {
             generations: stores.generations(),
             state: Arc::default(),
         },
-        stores: Arc::new(stores),
+        shared: Arc::new(((), stores)),
     }
 }
 
@@ -80,7 +80,7 @@ impl AsyncWrite for Scripted {
 }
 
 /// One read: how many bytes it gave, or its error.
-async fn read<T: AsyncRead + Unpin>(io: &mut Tagged<T>) -> io::Result<usize> {
+async fn read<T: AsyncRead + Unpin>(io: &mut Tagged<T, ()>) -> io::Result<usize> {
     let mut bytes = [0; 16];
     io.read(&mut bytes).await
 }
@@ -268,10 +268,7 @@ impl Service<Uri> for Gate {
 #[tokio::test]
 async fn tagging_is_ready_when_the_connector_under_it_is() {
     let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut tagging = Tagging {
-        inner: Gate(open.clone()),
-        stores: Arc::new(stores().await),
-    };
+    let mut tagging = Tagging::new(Gate(open.clone()), stores().await);
     let waker = std::task::Waker::noop();
     let mut cx = Context::from_waker(waker);
     assert!(tagging.poll_ready(&mut cx).is_pending());
