@@ -27,9 +27,7 @@ use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
 
-use super::connect::{
-    Dialled, HttpsConnector, Serves, Tagging, Unanswered, Verdict, https_connector,
-};
+use super::connect::{Dialled, Serves, Tagging, Unanswered, Verdict, https_connector};
 use super::refusal::{Blame, blame};
 use super::refusal::{Failure, may_send_again};
 use super::stores::{Generations, Refusal, Stores};
@@ -40,9 +38,6 @@ use crate::store::Certainty;
 use crate::sync::lock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The connector under every pool.
-type Connector = Tagging<HttpsConnector>;
 
 /// A hyper-util HTTPS client (rustls with ring) that presents an
 /// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
@@ -127,7 +122,7 @@ impl<B> fmt::Debug for HttpsClient<B> {
 struct Shared<B> {
     stores: Stores,
     settings: Settings,
-    connector: Connector,
+    connector: Tagging,
     /// The pool of the newest generations seen.
     current: Mutex<Arc<Pool<B>>>,
 }
@@ -135,7 +130,7 @@ struct Shared<B> {
 /// One generation's hyper-util client.
 struct Pool<B> {
     generations: Generations,
-    client: Client<Connector, B>,
+    client: Client<Tagging, B>,
 }
 
 /// What a client is built from, besides its stores.
@@ -265,7 +260,7 @@ where
     B::Error: Into<BoxError>,
 {
     /// The pool of the credentials current now.
-    fn pool(&mut self) -> &Client<Connector, B> {
+    fn pool(&mut self) -> &Client<Tagging, B> {
         let now = self.shared.stores.generations();
         if now != self.pool.generations {
             self.pool = self.shared.pool_for(now);
@@ -363,35 +358,30 @@ fn refusal(outcome: &Outcome) -> Option<Classified> {
         info.get_extras(&mut extensions);
         extensions.remove::<Dialled>()
     });
-    // An HTTP/1.1 connection that ended before the server sent anything.
+    // An HTTP/1.1 connection that ended before the server answered.
     let unanswered = Unanswered::find(error);
     let generations =
         (dialled.as_ref().map(|d| d.generations)).or_else(|| unanswered.map(|u| u.generations));
-    let refusal = |blame, failure| {
-        Some(Classified {
-            blame,
-            failure,
-            dialled: generations,
-        })
-    };
-    match (blame(error), dialled.map(|d| d.verdict())) {
-        (Some(blame), _) => refusal(blame, Failure::Refused),
-        (None, Some(Verdict::Refused)) => refusal(Blame::Identity, Failure::Refused),
-        // Ended before the server sent anything: over TLS 1.3 the server's refusal of the
+    let verdict =
+        (dialled.as_ref().map(Dialled::verdict)).or(unanswered.map(|_| Verdict::Unanswered));
+    let (blame, failure) = match (blame(error), verdict) {
+        (Some(blame), _) => (blame, Failure::Refused),
+        (None, Some(Verdict::Refused)) => (Blame::Identity, Failure::Refused),
+        // Ended before the server answered: over TLS 1.3 the server's refusal of the
         // certificate can end a connection after our handshake, before the alert is read;
         // so can a server that crashed after acting on the request.
-        (None, Some(Verdict::Unanswered)) => refusal(Blame::Identity, Failure::Uncertain),
-        (None, None) if unanswered.is_some() => refusal(Blame::Identity, Failure::Uncertain),
+        (None, Some(Verdict::Unanswered)) => (Blame::Identity, Failure::Uncertain),
         // Closed during hyper's own handshake on a new connection, which never reached the
         // pool (so the error tells nothing of it): the request was never written, and a
         // refusal may have ended the connection there.
-        (None, None) if closed_before_pooled(error) => Some(Classified {
-            blame: Blame::Identity,
-            failure: Failure::NotWritten,
-            dialled: None,
-        }),
-        (None, _) => None,
-    }
+        (None, None) if closed_before_pooled(error) => (Blame::Identity, Failure::NotWritten),
+        (None, _) => return None,
+    };
+    Some(Classified {
+        blame,
+        failure,
+        dialled: generations,
+    })
 }
 
 /// Whether `error` is a connection that closed after it was dialled and before hyper-util

@@ -7,7 +7,6 @@
 //! sending anything: a request on it may fail with no more than "channel closed".
 
 use std::error::Error;
-use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -87,36 +86,18 @@ pub(crate) struct HttpsConnector {
     server_name: Option<ServerName<'static>>,
 }
 
-impl fmt::Debug for HttpsConnector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpsConnector")
-            .field("server_name", &self.server_name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Service<Uri> for HttpsConnector {
-    type Response = TlsIo;
-    type Error = BoxError;
-    // Boxed: once a dial, which a TCP and TLS handshake dwarf.
-    type Future = Pin<Box<dyn Future<Output = Result<TlsIo, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.http.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
+impl HttpsConnector {
+    /// A TLS connection to `uri`'s host.
+    pub(crate) fn dial(&self, uri: Uri) -> impl Future<Output = Result<TlsIo, BoxError>> + use<> {
         let name = self.server_name(&uri);
-        let (dial, tls) = (self.http.call(uri), self.tls.clone());
-        Box::pin(async move {
+        let (dial, tls) = (self.http.clone().call(uri), self.tls.clone());
+        async move {
             let name = name.map_err(io::Error::from)?;
             let tcp = dial.await?.into_inner();
             Ok(tls.connect(name, tcp).await?)
-        })
+        }
     }
-}
 
-impl HttpsConnector {
     /// The name the server is verified as (and SNI): the one set, else `uri`'s host.
     fn server_name(&self, uri: &Uri) -> Result<ServerName<'static>, UriError> {
         if uri.scheme() != Some(&Scheme::HTTPS) {
@@ -134,48 +115,36 @@ impl HttpsConnector {
     }
 }
 
-/// Tags the connections of a connector with the generations of its stores.
-#[derive(Debug)]
-pub(crate) struct Tagging<C> {
+/// An [`HttpsConnector`] that tags its connections with the generations of its stores.
+#[derive(Clone)]
+pub(crate) struct Tagging {
     /// Shared: hyper-util clones its connector for every request.
-    shared: Arc<(C, Stores)>,
+    shared: Arc<(HttpsConnector, Stores)>,
 }
 
-impl<C> Tagging<C> {
-    pub(crate) fn new(inner: C, stores: Stores) -> Self {
-        Self {
-            shared: Arc::new((inner, stores)),
-        }
+impl Tagging {
+    pub(crate) fn new(connector: HttpsConnector, stores: Stores) -> Self {
+        let shared = Arc::new((connector, stores));
+        Self { shared }
     }
 }
 
-impl<C> Clone for Tagging<C> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl<C> Service<Uri> for Tagging<C>
-where
-    C: Service<Uri, Response = TlsIo, Error = BoxError> + Clone + Send + Sync + 'static,
-    C::Future: Send + 'static,
-{
-    type Response = TokioIo<Tagged<TlsIo, C>>;
+impl Service<Uri> for Tagging {
+    type Response = TokioIo<Tagged<TlsIo>>;
     type Error = BoxError;
     // Boxed: once a dial, which a TCP and TLS handshake dwarf.
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.shared.0.clone().poll_ready(cx)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // As hyper-util's `HttpConnector` always is.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         // Read before the handshake, which reads the credentials after: a connection is
         // never tagged newer than what it presented.
         let generations = self.shared.1.generations();
-        let (dial, shared) = (self.shared.0.clone().call(uri), self.shared.clone());
+        let (dial, tagging) = (self.shared.0.dial(uri), self.clone());
         Box::pin(async move {
             let io = dial.await?;
             let answers = match io.get_ref().1.alpn_protocol() {
@@ -188,7 +157,7 @@ where
                 io,
                 dialled,
                 answers,
-                shared,
+                tagging,
             }))
         })
     }
@@ -322,13 +291,13 @@ impl Unanswered {
 
 pin_project! {
     /// A connection and the generations it was dialled under.
-    pub(crate) struct Tagged<T, C = HttpsConnector> {
+    pub(crate) struct Tagged<T> {
         #[pin]
         io: T,
         dialled: Dialled,
         answers: Answers,
-        // The stores, to see whether they rotated during the handshake.
-        shared: Arc<(C, Stores)>,
+        // Its stores, to see whether they rotated during the handshake.
+        tagging: Tagging,
     }
 }
 
@@ -342,7 +311,7 @@ enum Answers {
     Responses,
 }
 
-impl<C> Connection for Tagged<TlsIo, C> {
+impl Connection for Tagged<TlsIo> {
     fn connected(&self) -> Connected {
         let mut connected = self.io.get_ref().0.connected();
         if self.answers == Answers::Responses {
@@ -350,7 +319,7 @@ impl<C> Connection for Tagged<TlsIo, C> {
             // connection was from here.
             connected = connected.negotiated_h2().extra(self.dialled.clone());
         }
-        if self.shared.1.generations() != self.dialled.generations {
+        if self.tagging.shared.1.generations() != self.dialled.generations {
             // Made with credentials that rotated during its handshake: for the request
             // that dialled it only.
             connected.poison();
@@ -359,7 +328,7 @@ impl<C> Connection for Tagged<TlsIo, C> {
     }
 }
 
-impl<T: AsyncRead, C> AsyncRead for Tagged<T, C> {
+impl<T: AsyncRead> AsyncRead for Tagged<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -383,7 +352,7 @@ impl<T: AsyncRead, C> AsyncRead for Tagged<T, C> {
     }
 }
 
-impl<T: AsyncWrite, C> AsyncWrite for Tagged<T, C> {
+impl<T: AsyncWrite> AsyncWrite for Tagged<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -1,14 +1,12 @@
 //! [`Connection`]: one generation's HTTP/2 connection to the origin, dialled when a call
 //! first needs it (and again once it has closed), one dial at a time.
 
-use std::future::poll_fn;
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use http::Uri;
 use hyper::client::conn::http2::{Builder, SendRequest};
 use hyper_util::rt::TokioIo;
-use tower_service::Service;
 
 use crate::source::BoxError;
 use crate::sync::lock;
@@ -93,9 +91,7 @@ where
         // A new connection, its task spawned: it ends once every sender of it is dropped
         // and its streams are done, or the connection fails.
         let outcome = async {
-            let mut connector = dial.connector.clone();
-            poll_fn(|cx| connector.poll_ready(cx)).await?;
-            let io = connector.call(dial.origin.clone()).await?;
+            let io = dial.connector.dial(dial.origin.clone()).await?;
             // Boxed: hyper spawns a task per call whose future is an enum that can also be
             // the connection's, and a TLS stream held inline would make each as large.
             let (sender, connection) = dial.http2.handshake(Box::new(TokioIo::new(io))).await?;

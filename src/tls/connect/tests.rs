@@ -17,7 +17,7 @@ async fn stores() -> Stores {
 }
 
 /// `io` tagged as an HTTP/1.1 connection is.
-async fn tagged<T>(io: T) -> Tagged<T, ()> {
+async fn tagged<T>(io: T) -> Tagged<T> {
     let stores = stores().await;
     Tagged {
         io,
@@ -26,7 +26,7 @@ async fn tagged<T>(io: T) -> Tagged<T, ()> {
             generations: stores.generations(),
             state: Arc::default(),
         },
-        shared: Arc::new(((), stores)),
+        tagging: Tagging::new(https_connector(&stores, None, None, Serves::Any), stores),
     }
 }
 
@@ -80,7 +80,7 @@ impl AsyncWrite for Scripted {
 }
 
 /// One read: how many bytes it gave, or its error.
-async fn read<T: AsyncRead + Unpin>(io: &mut Tagged<T, ()>) -> io::Result<usize> {
+async fn read<T: AsyncRead + Unpin>(io: &mut Tagged<T>) -> io::Result<usize> {
     let mut bytes = [0; 16];
     io.read(&mut bytes).await
 }
@@ -241,39 +241,6 @@ async fn writes_flushes_and_the_shutdown_reach_the_connection_under_it() {
         .unwrap();
     assert_eq!(rest, b"bye");
     let _ = peer.shutdown().await;
-}
-
-/// A connector that is ready only when told.
-#[derive(Clone)]
-struct Gate(Arc<std::sync::atomic::AtomicBool>);
-
-impl Service<Uri> for Gate {
-    type Response = TlsIo;
-    type Error = BoxError;
-    type Future = std::future::Ready<Result<TlsIo, BoxError>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        if self.0.load(Ordering::Relaxed) {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
-    }
-
-    fn call(&mut self, _: Uri) -> Self::Future {
-        std::future::ready(Err("not dialled".into()))
-    }
-}
-
-#[tokio::test]
-async fn tagging_is_ready_when_the_connector_under_it_is() {
-    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut tagging = Tagging::new(Gate(open.clone()), stores().await);
-    let waker = std::task::Waker::noop();
-    let mut cx = Context::from_waker(waker);
-    assert!(tagging.poll_ready(&mut cx).is_pending());
-    open.store(true, Ordering::Relaxed);
-    assert!(matches!(tagging.poll_ready(&mut cx), Poll::Ready(Ok(()))));
 }
 
 #[tokio::test]
