@@ -322,7 +322,8 @@ struct Classified {
     blame: Blame,
     /// What it proves about the request (see [`crate::refusal`]).
     failure: Failure,
-    /// The generations of the connection it came on, when known.
+    /// The generations of the connection it came on, when known (an HTTP/1.1 response
+    /// carries none: its pool's stand in).
     dialled: Option<Generations>,
 }
 
@@ -339,15 +340,16 @@ impl Classified {
 fn refusal(outcome: &Outcome) -> Option<Classified> {
     let error = match outcome {
         Ok(response) => {
-            // An HTTP/2 connection's first answer marks it answered.
-            if let Some(dialled) = response.extensions().get::<Dialled>() {
+            // An HTTP/2 connection's tag: its first answer marks it answered.
+            let dialled = response.extensions().get::<Dialled>();
+            if let Some(dialled) = dialled {
                 dialled.answered();
             }
             let refused = response.status() == StatusCode::UNAUTHORIZED;
-            return refused.then_some(Classified {
+            return refused.then(|| Classified {
                 blame: Blame::Identity,
                 failure: Failure::Refused,
-                dialled: None,
+                dialled: dialled.map(|d| d.generations),
             });
         }
         Err(error) => error,

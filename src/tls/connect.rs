@@ -3,8 +3,8 @@
 //! `HttpsClient`'s connections are tagged with the credentials' generations they were
 //! dialled under, and one whose handshake ended after they changed is poisoned as it is
 //! handed over, so that hyper-util's pool does not reuse it. Each also tells its requests'
-//! errors what it was made with, and whether the server refused it or ended it before
-//! sending anything: a request on it may fail with no more than "channel closed".
+//! errors what it was made with, and whether the server refused it or it ended before the
+//! server answered: a request on it may fail with no more than "channel closed".
 
 use std::error::Error;
 use std::future::Future;
