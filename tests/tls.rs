@@ -499,8 +499,21 @@ struct Quiet {
     client: Client,
 }
 
+/// What the quiet server speaks.
+#[derive(Clone, Copy, Debug)]
+enum Speaks {
+    /// HTTP/2 and HTTP/1.1 by ALPN: HTTP/2 with our client.
+    Both,
+    /// HTTP/1.1 alone.
+    Http1,
+}
+
 impl Quiet {
     async fn start() -> Self {
+        Self::speaking(Speaks::Both).await
+    }
+
+    async fn speaking(speaks: Speaks) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("client.pem");
         let ca = Ca::new("kubernetes");
@@ -516,7 +529,10 @@ impl Quiet {
             .load()
             .await
             .unwrap();
-        let server = MtlsServer::start(&ca, &ca.server()).await;
+        let server = match speaks {
+            Speaks::Both => MtlsServer::start(&ca, &ca.server()).await,
+            Speaks::Http1 => MtlsServer::start_http1(&ca, &ca.server()).await,
+        };
         let client = HttpsClient::<Empty<Bytes>>::new(roots).identity(identity.clone());
         Self {
             _tmp: tmp,
@@ -999,58 +1015,77 @@ async fn a_post_or_patch_on_a_connection_closed_without_an_answer_is_never_sent_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_closed_without_an_answer_still_reloads_the_identity_for_the_next_request() {
-    let quiet = Quiet::start().await;
-    let client = with_bodies(&quiet).await;
-    // The identity rotated on disk; nothing watches it.
-    let new = quiet.ca.client("n1", HOUR);
-    std::fs::write(&quiet.path, new.combined()).unwrap();
-    let before = quiet.identity.status();
-    let path = "/hang?post";
-    let outcome =
-        closed_without_an_answer(&quiet, &client, http::Method::POST, path, Rotate::No).await;
-    assert!(outcome.is_err(), "{outcome:?}");
-    assert_eq!(received(&quiet.server, path), 1);
-    // Read again because of the possible refusal, not sent again.
-    eventually("the identity reloaded", || quiet.identity.generation() == 2).await;
-    let after = quiet.identity.status();
-    assert_eq!(after.reads, before.reads + 1, "{after:?}");
-    assert_eq!(after.retries, before.retries);
-    let (status, presented) = send(&client, &http::Method::POST, &quiet.server.url("/"), "next")
-        .await
-        .unwrap();
-    assert_eq!((status, presented), (StatusCode::OK, new.fingerprint()));
+    // HTTP/2's connection tells its requests' errors what it was; an HTTP/1.1 one's read
+    // says it in the error itself.
+    for speaks in [Speaks::Both, Speaks::Http1] {
+        let quiet = Quiet::speaking(speaks).await;
+        let client = with_bodies(&quiet).await;
+        // The identity rotated on disk; nothing watches it.
+        let new = quiet.ca.client("n1", HOUR);
+        std::fs::write(&quiet.path, new.combined()).unwrap();
+        let before = quiet.identity.status();
+        let path = "/hang?post";
+        let outcome =
+            closed_without_an_answer(&quiet, &client, http::Method::POST, path, Rotate::No).await;
+        assert!(outcome.is_err(), "{speaks:?}: {outcome:?}");
+        assert_eq!(received(&quiet.server, path), 1, "{speaks:?}");
+        // Read again because of the possible refusal, not sent again.
+        eventually("the identity reloaded", || quiet.identity.generation() == 2).await;
+        let after = quiet.identity.status();
+        assert_eq!(after.reads, before.reads + 1, "{speaks:?}: {after:?}");
+        assert_eq!(after.retries, before.retries, "{speaks:?}");
+        let url = quiet.server.url("/");
+        let (status, presented) = send(&client, &http::Method::POST, &url, "next")
+            .await
+            .unwrap();
+        assert_eq!(
+            (status, presented),
+            (StatusCode::OK, new.fingerprint()),
+            "{speaks:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_or_put_on_a_connection_closed_without_an_answer_is_sent_again_after_a_rotation() {
-    let quiet = Quiet::start().await;
-    for (n, method) in [http::Method::GET, http::Method::PUT]
-        .into_iter()
-        .enumerate()
-    {
-        // A new client: a new connection, which has answered nothing yet (a connection
-        // that answered and then closed is no refusal, and nothing is sent again).
+    for speaks in [Speaks::Both, Speaks::Http1] {
+        let quiet = Quiet::speaking(speaks).await;
+        for (n, method) in [http::Method::GET, http::Method::PUT]
+            .into_iter()
+            .enumerate()
+        {
+            // A new client: a new connection, which has answered nothing yet (a connection
+            // that answered and then closed is no refusal, and nothing is sent again).
+            let client = with_bodies(&quiet).await;
+            let path = format!("/hang-once?{method}-{n}");
+            let before = quiet.identity.status();
+            let outcome =
+                closed_without_an_answer(&quiet, &client, method.clone(), &path, Rotate::Yes).await;
+            let (status, presented) = outcome.unwrap();
+            assert_eq!(status, StatusCode::OK, "{speaks:?} {method}");
+            assert_eq!(
+                presented,
+                quiet.identity.status().fingerprint,
+                "{speaks:?} {method}"
+            );
+            assert_eq!(received(&quiet.server, &path), 2, "{speaks:?} {method}");
+            let after = quiet.identity.status();
+            assert_eq!(after.retries, before.retries + 1, "{speaks:?} {method}");
+            assert_eq!(
+                after.retries_succeeded,
+                before.retries_succeeded + 1,
+                "{speaks:?}"
+            );
+        }
+        // Without a rotation the reload brings nothing newer: the failure comes back, once,
+        // as hyper-util's own would.
+        let path = "/hang-once?GET-unrotated";
         let client = with_bodies(&quiet).await;
-        let path = format!("/hang-once?{method}-{n}");
-        let before = quiet.identity.status();
         let outcome =
-            closed_without_an_answer(&quiet, &client, method.clone(), &path, Rotate::Yes).await;
-        let (status, presented) = outcome.unwrap();
-        assert_eq!(status, StatusCode::OK, "{method}");
-        assert_eq!(presented, quiet.identity.status().fingerprint, "{method}");
-        assert_eq!(received(&quiet.server, &path), 2, "{method}");
-        let after = quiet.identity.status();
-        assert_eq!(after.retries, before.retries + 1, "{method}");
-        assert_eq!(after.retries_succeeded, before.retries_succeeded + 1);
+            closed_without_an_answer(&quiet, &client, http::Method::GET, path, Rotate::No).await;
+        assert!(outcome.is_err(), "{speaks:?}: {outcome:?}");
+        assert_eq!(received(&quiet.server, path), 1, "{speaks:?}");
     }
-    // Without a rotation the reload brings nothing newer: the failure comes back, once,
-    // as hyper-util's own would.
-    let path = "/hang-once?GET-unrotated";
-    let client = with_bodies(&quiet).await;
-    let outcome =
-        closed_without_an_answer(&quiet, &client, http::Method::GET, path, Rotate::No).await;
-    assert!(outcome.is_err(), "{outcome:?}");
-    assert_eq!(received(&quiet.server, path), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
