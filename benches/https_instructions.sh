@@ -17,6 +17,9 @@
 # side too (the same for both). Prints per pair
 #
 #   https client=<name> instructions_ours=<n> instructions_plain=<n> ratio_vs_plain=<plain/ours> connections=<ours>,<plain>
+#
+# and for reqwest, the same against a `ClientWithMiddleware` with no middleware
+# (`instructions_middleware_alone`, `ratio_vs_middleware_alone`).
 set -euo pipefail
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 cd "$(git rev-parse --show-toplevel)"
@@ -67,5 +70,13 @@ per_request() {
 for pair in $pairs; do
     set -- $(per_request "$pair" 0) $(per_request "$pair" 1)
     ratio=$(python3 -c "print(f'{$3 / $1:.3f}')")
-    echo "https client=$pair instructions_ours=$1 instructions_plain=$3 ratio_vs_plain=$ratio connections=$2,$4"
+    line="https client=$pair instructions_ours=$1 instructions_plain=$3 ratio_vs_plain=$ratio connections=$2,$4"
+    if [ "$pair" = reqwest ]; then
+        # reqwest-middleware's `ClientWithMiddleware` with no middleware, over the plain
+        # client: what any middleware sits in.
+        bare=$(per_request "$pair" 2)
+        set -- $1 ${bare%% *}
+        line="$line instructions_middleware_alone=$2 ratio_vs_middleware_alone=$(python3 -c "print(f'{$2 / $1:.3f}')")"
+    fi
+    echo "$line"
 done

@@ -1013,6 +1013,26 @@ async fn a_post_or_patch_on_a_connection_closed_without_an_answer_is_never_sent_
     assert_eq!(presented, quiet.identity.status().fingerprint);
 }
 
+#[tokio::test]
+async fn the_client_speaks_http2_where_the_server_chooses_it_and_http1_elsewhere() {
+    for (speaks, version) in [
+        (Speaks::Both, http::Version::HTTP_2),
+        (Speaks::Http1, http::Version::HTTP_11),
+    ] {
+        let quiet = Quiet::speaking(speaks).await;
+        for _ in 0..2 {
+            let req = Request::get(quiet.server.url("/"))
+                .body(Empty::new())
+                .unwrap();
+            let response = quiet.client.clone().oneshot(req).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{speaks:?}");
+            assert_eq!(response.version(), version, "{speaks:?}");
+        }
+        // One connection either way: the second request went on the first's.
+        assert_eq!(quiet.server.connections(), 1, "{speaks:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_closed_without_an_answer_still_reloads_the_identity_for_the_next_request() {
     // HTTP/2's connection tells its requests' errors what it was; an HTTP/1.1 one's read
