@@ -273,7 +273,7 @@ async fn the_server_is_verified_as_the_name_set_else_the_uri_s_host() {
 
     // The name set wins over the URI's host, and an `http` URI is refused all the same.
     let fixed = ServerName::try_from("apiserver.internal").unwrap();
-    let connector = https_connector(&stores, Some(fixed), None, Serves::Http2);
+    let connector = https_connector(&stores, Some(fixed), None, Serves::Any);
     let name = |uri: &str| connector.server_name(&uri.parse().unwrap());
     assert_eq!(
         name("https://10.96.0.1/").unwrap().to_str(),
