@@ -340,10 +340,8 @@ impl Classified {
 fn refusal(outcome: &Outcome) -> Option<Classified> {
     let error = match outcome {
         Ok(response) => {
-            // An HTTP/2 connection's tag (no other carries one): its first answer marks it
-            // answered.
-            let h2 = response.version() == http::Version::HTTP_2;
-            let dialled = h2.then(|| response.extensions().get::<Dialled>()).flatten();
+            // An HTTP/2 connection's tag: its first answer marks it answered.
+            let dialled = response.extensions().get::<Dialled>();
             if let Some(dialled) = dialled {
                 dialled.answered();
             }
