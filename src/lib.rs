@@ -19,6 +19,7 @@
 //! use bytes::Bytes;
 //! use http::Request;
 //! use http_body_util::Empty;
+//! use hyper_rustls::HttpsConnectorBuilder;
 //! use hyper_util::client::legacy::Client;
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::{ServiceBuilder, ServiceExt};
@@ -27,13 +28,14 @@
 //! let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 //! let store = TokenStore::builder(FileSource::new(path)).load().await?;
 //!
-//! // Any tower HTTP client; here hyper-util's (hyper-rustls adds TLS).
-//! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! // Any tower HTTP client; here hyper-util's, over TLS (hyper-rustls) and https:// alone.
+//! let tls = HttpsConnectorBuilder::new().with_native_roots()?.https_only().enable_http1();
+//! let http = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(tls.build());
 //! let client = ServiceBuilder::new()
 //!     .layer(BearerLayer::new(store.clone()).retry_unauthorized())
 //!     .service(http);
 //!
-//! let request = Request::get("http://api.internal/healthz").body(Empty::new())?;
+//! let request = Request::get("https://api.internal/healthz").body(Empty::new())?;
 //! let response = client.oneshot(request).await?;
 //! println!("{} with token {}", response.status(), store.current().fingerprint());
 //! println!("{:?}", store.status()); // generation, reads, failures, 401s, retries

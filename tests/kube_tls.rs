@@ -16,6 +16,9 @@ use support::exec_plugin::{API_VERSION, Plugin};
 use support::kube_client as client;
 use support::mtls::{MtlsServer, PRESENTED};
 use support::pki::{Ca, Issued};
+use support::proxy::{HttpProxy, SocksProxy};
+use support::rotate_identity;
+use support::stalled::Stalled;
 
 const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -49,17 +52,6 @@ fn kubeconfig_with(
     let path = dir.join("kubeconfig");
     std::fs::write(&path, doc.to_string()).unwrap();
     path
-}
-
-/// Writes `issued` as `tls.crt` and `tls.key` in `volume`, as the kubelet rotates a
-/// projected certificate.
-fn rotate_identity(volume: &ProjectedTokenDir, issued: &Issued) {
-    volume
-        .rotate_files(&[
-            ("tls.crt", issued.cert_pem.as_bytes()),
-            ("tls.key", issued.key_pem.as_bytes()),
-        ])
-        .unwrap();
 }
 
 /// A user whose certificate and key are the files of `volume`.
@@ -342,4 +334,175 @@ async fn a_p521_certificate_a_ring_build_cannot_sign_with_fails_at_load_naming_a
             "{shown}"
         );
     }
+}
+
+/// Whether `error` or one of its causes is an `io::Error` of kind `TimedOut`.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// A GET through `client` to a server that stalls: how long until it failed, which it
+/// must do within the deadline, with a timeout.
+async fn stalled_get(client: &kube::Client) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    let request = http::Request::get("/version").body(Body::empty()).unwrap();
+    let sent = tokio::time::timeout(support::DEADLINE, client.send(request)).await;
+    let error = match sent {
+        Err(_) => panic!("no answer within {:?}", support::DEADLINE),
+        Ok(Ok(response)) => panic!("a stalled server answered {}", response.status()),
+        Ok(Err(error)) => error,
+    };
+    assert!(timed_out(&error), "{}", support::chain(&error));
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_fails_a_request_within_the_configs_timeouts_as_kubes_own_client_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &ca.client("jane", HOUR));
+    let ca_path = tmp.path().join("ca.crt");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let limit = std::time::Duration::from_secs(1);
+    // TCP taken and TLS never spoken: `connect_timeout`; a request read and never
+    // answered: `read_timeout`.
+    for (stalled, what) in [
+        (Stalled::before_tls().await, "connect"),
+        (Stalled::after_request(&ca.server()).await, "read"),
+    ] {
+        let cluster = json!({"server": stalled.url(), "certificate-authority": ca_path});
+        let path = kubeconfig_with(tmp.path(), cluster, identity_files(&volume));
+        let mut config = config(&path, tmp.path()).await;
+        config.connect_timeout = Some(limit);
+        config.read_timeout = Some(limit);
+        config.write_timeout = Some(limit);
+        let ours = client(config.clone()).await.unwrap();
+        let kubes = kube::Client::try_from(config).unwrap();
+        let (ours, kubes) = (stalled_get(&ours).await, stalled_get(&kubes).await);
+        println!("{what} timeout of {limit:?}: ours failed in {ours:?}, kube's own in {kubes:?}");
+        assert!(
+            ours >= limit,
+            "{what}: failed in {ours:?}, before the timeout"
+        );
+    }
+}
+
+/// A kubeconfig whose cluster is reached through `proxy_url` (a password in it) and whose
+/// user's certificate files rotate 3 times under 4 callers: no request fails, each
+/// rotation's certificate is in use after it, and every connection the server took came
+/// through the proxy (`tunnels` counts them, `host:port` given).
+async fn certificate_rotation_under_load_through(proxy_url: &str, tunnels: impl Fn(&str) -> usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let first = ca.client("jane", HOUR);
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &first);
+    let ca_path = tmp.path().join("ca.crt");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let cluster =
+        json!({"server": server.url(""), "certificate-authority": ca_path, "proxy-url": proxy_url});
+    let path = kubeconfig_with(tmp.path(), cluster, identity_files(&volume));
+    let client = client(config(&path, tmp.path()).await).await.unwrap();
+
+    let load = support::Load::start(4, move || {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get("/").body(Body::empty()).unwrap();
+            match client.send(request).await {
+                Ok(response) if response.status() == StatusCode::OK => Ok(()),
+                Ok(response) => Err(response.status().to_string()),
+                Err(error) => Err(support::chain(&error)),
+            }
+        }
+    });
+    support::rotate_under_load(&server, &ca, &volume, first).await;
+    let (sent, failed) = load.stop().await;
+    assert!(
+        failed.is_empty(),
+        "{} of {sent} failed: {failed:?}",
+        failed.len()
+    );
+    let authority = server.url("").trim_start_matches("https://").to_owned();
+    assert_eq!(
+        tunnels(&authority) as u64,
+        server.connections(),
+        "every connection through the proxy"
+    );
+    println!(
+        "{sent} requests, {} connections, through {proxy_url}",
+        server.connections()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_under_load_through_an_http_proxy_with_a_password() {
+    let Some(proxy) = HttpProxy::start_with_auth("jane", "s3cret").await else {
+        return;
+    };
+    certificate_rotation_under_load_through(&proxy.url(), |to| proxy.connects_to(to)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_under_load_through_a_socks5_proxy_with_a_password() {
+    let Some(proxy) = SocksProxy::start_with_auth("jane", "s3cret").await else {
+        return;
+    };
+    certificate_rotation_under_load_through(&proxy.url(), |to| proxy.connects_to(to)).await;
+}
+
+/// On a current-thread runtime, so that every event of the client is on the test's
+/// thread, where the subscriber is.
+#[tokio::test]
+async fn the_client_has_kubes_trace_span_and_asks_for_gzip() {
+    let logs = support::Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &ca.client("jane", HOUR));
+    let path = kubeconfig(tmp.path(), &ca, &server, identity_files(&volume));
+    let client = client(config(&path, tmp.path()).await).await.unwrap();
+    let request = http::Request::get("/").body(Vec::new()).unwrap();
+    client.request_text(request).await.unwrap();
+
+    let text = logs.text();
+    let span = format!(
+        "HTTP{{http.method=GET http.url={} otel.name=\"HTTP\" otel.kind=\"client\"",
+        server.url("/")
+    );
+    assert!(
+        text.contains(&format!("{span}}}: bearer_reload::kube::https: requesting")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{span} http.status_code=200}}: bearer_reload::kube::https: stream closed"
+        )),
+        "{text}"
+    );
+    let asked = server.arrivals()[0]
+        .headers
+        .get(http::header::ACCEPT_ENCODING)
+        .cloned();
+    assert_eq!(
+        asked.as_ref().map(|v| v.to_str().unwrap()),
+        cfg!(feature = "gzip").then_some("gzip")
+    );
 }

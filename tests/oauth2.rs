@@ -6,6 +6,8 @@
 
 #[path = "support/oauth2_server.rs"]
 mod oauth2_server;
+#[path = "support/proxy.rs"]
+mod proxy;
 #[path = "support/serve.rs"]
 mod serve;
 #[path = "support/tls.rs"]
@@ -587,4 +589,65 @@ async fn a_lifetime_past_what_the_clock_holds_is_named_and_the_last_token_kept()
     let line = chain(&err);
     assert!(line.contains(&uri.to_string()), "{line}");
     assert!(line.contains("expires_in"), "{line}");
+}
+
+/// The client-credentials grant through the proxy `HTTPS_PROXY` names, with a password
+/// (the environment of a child process: [`https_proxy_child`]): a token and three more
+/// come through it; with the server in `NO_PROXY`, none does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grant_goes_through_the_proxy_https_proxy_names_unless_no_proxy_says_otherwise() {
+    let Some(proxy) = proxy::HttpProxy::start_with_auth("jane", "s3cret").await else {
+        return;
+    };
+    let server = start(60).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, server.ca_pem()).unwrap();
+    let authority = server.issuer().trim_start_matches("https://").to_owned();
+    let proxy_url = proxy.url();
+    let env = [
+        ("HTTPS_PROXY", proxy_url.as_str()),
+        ("BEARER_RELOAD_TEST_URL", server.token_endpoint()),
+        ("BEARER_RELOAD_TEST_CA", ca.to_str().unwrap()),
+    ];
+    let status = proxy::child("https_proxy_child", &env)
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "the child failed");
+    let through = proxy.connects_to(&authority);
+    assert!(through >= 1, "{}", proxy.log());
+
+    let no_proxy = [env.as_slice(), &[("NO_PROXY", "127.0.0.1")]].concat();
+    let status = proxy::child("https_proxy_child", &no_proxy)
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "the child failed");
+    assert_eq!(proxy.connects_to(&authority), through);
+}
+
+/// The grant of [`the_grant_goes_through_the_proxy_https_proxy_names_unless_no_proxy_says_otherwise`],
+/// in a process whose environment it sets: a token, and three new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by its parent test, in a child process"]
+async fn https_proxy_child() {
+    let endpoint = proxy::from_parent("BEARER_RELOAD_TEST_URL")
+        .parse()
+        .unwrap();
+    let ca = proxy::from_parent("BEARER_RELOAD_TEST_CA");
+    let roots = RootStore::builder(FileSource::new(ca))
+        .load()
+        .await
+        .unwrap();
+    let auth = ClientAuth::client_secret_basic(BASIC_CLIENT.1);
+    let source = ClientCredentials::new(endpoint, BASIC_CLIENT.0, auth, roots).scope("read");
+    let store = TokenStore::builder(source).load().await.unwrap();
+    let mut seen = vec![secret(&store)];
+    for _ in 0..3 {
+        store.reload().await.unwrap();
+        seen.push(secret(&store));
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 4, "a new token each time");
 }

@@ -1281,3 +1281,89 @@ async fn a_plain_text_request_is_refused_and_never_reaches_the_server() {
     assert_eq!(reached.status(), StatusCode::OK);
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// Through the proxy `HTTPS_PROXY` names, with a password (the environment of a child
+/// process: [`https_proxy_child`]), a client certificate rotates under 4 callers: none
+/// fails, and every connection the server took came through the proxy; with the server in
+/// `NO_PROXY`, none does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_goes_through_the_proxy_https_proxy_names_unless_no_proxy_says_otherwise() {
+    let Some(proxy) = support::proxy::HttpProxy::start_with_auth("jane", "s3cret").await else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let server = MtlsServer::start(&ca, &ca.server()).await;
+    let first = ca.client("jane", HOUR);
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    support::rotate_identity(&volume, &first);
+    std::fs::write(tmp.path().join("ca.crt"), ca.pem()).unwrap();
+    let (url, dir) = (server.url("/"), tmp.path().to_str().unwrap());
+    let authority = server.url("").trim_start_matches("https://").to_owned();
+    let proxy_url = proxy.url();
+    let env = [
+        ("HTTPS_PROXY", proxy_url.as_str()),
+        ("BEARER_RELOAD_TEST_URL", url.as_str()),
+        ("BEARER_RELOAD_TEST_DIR", dir),
+    ];
+    let mut child = support::proxy::child("https_proxy_child", &env)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::rotate_under_load(&server, &ca, &volume, first).await;
+    drop(child.stdin.take());
+    assert!(child.wait().await.unwrap().success(), "a request failed");
+    assert!(server.connections() > 1);
+    assert_eq!(proxy.connects_to(&authority) as u64, server.connections());
+
+    // The server's host in NO_PROXY: straight to it.
+    let (before, through) = (server.connections(), proxy.connects_to(&authority));
+    let no_proxy = [env.as_slice(), &[("NO_PROXY", "localhost")]].concat();
+    let mut child = support::proxy::child("https_proxy_child", &no_proxy)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(child.wait().await.unwrap().success(), "a request failed");
+    assert!(server.connections() > before);
+    assert_eq!(proxy.connects_to(&authority), through);
+}
+
+/// The callers of [`the_client_goes_through_the_proxy_https_proxy_names_unless_no_proxy_says_otherwise`],
+/// in a process whose environment it sets: until its standard input ends, then once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by its parent test, in a child process"]
+async fn https_proxy_child() {
+    let (url, dir) = (
+        support::proxy::from_parent("BEARER_RELOAD_TEST_URL"),
+        support::proxy::from_parent("BEARER_RELOAD_TEST_DIR"),
+    );
+    let dir = std::path::Path::new(&dir);
+    let identity = IdentityStore::files(dir.join("tls/tls.crt"), dir.join("tls/tls.key"))
+        .load()
+        .await
+        .unwrap();
+    let roots = RootStore::builder(FileSource::new(dir.join("ca.crt")))
+        .load()
+        .await
+        .unwrap();
+    let client = Client::new(roots).identity(identity);
+    let load = support::Load::start(4, move || {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            match get(&client, &url).await? {
+                (StatusCode::OK, _) => Ok(()),
+                (status, _) => Err(status.to_string()),
+            }
+        }
+    });
+    let mut stdin = tokio::io::stdin();
+    tokio::io::copy(&mut stdin, &mut tokio::io::sink())
+        .await
+        .unwrap();
+    let (sent, failed) = load.stop().await;
+    assert!(
+        failed.is_empty(),
+        "{} of {sent} failed: {failed:?}",
+        failed.len()
+    );
+}

@@ -15,6 +15,7 @@ use bearer_reload::tonic::TlsChannel;
 use bytes::Bytes;
 use support::mtls::MtlsServer;
 use support::pki::Ca;
+use support::stalled::Stalled;
 use support::tls::TestCa;
 use tokio::net::TcpListener;
 use tonic_health::pb::HealthCheckRequest;
@@ -396,4 +397,40 @@ async fn a_refused_certificate_is_reloaded_and_its_call_sent_again_and_counted()
     assert_eq!(identity.generation(), 3);
     let status = identity.status();
     assert_eq!((status.retries, status.retries_succeeded), (2, 1));
+}
+
+/// A channel to `server` (of `ca`) with a connect timeout of `limit`, and a call on it.
+async fn call_stalled(ca: &Ca, server: &Stalled, limit: Duration) -> (String, Duration) {
+    support::tls::install_ring();
+    let dir = tempfile::tempdir().unwrap();
+    let roots = roots_of(dir.path(), &ca.pem()).await;
+    let channel = TlsChannel::new(server.url().parse().unwrap(), roots)
+        .unwrap()
+        .connect_timeout(Some(limit));
+    let request = http::Request::post("/grpc.health.v1.Health/Check")
+        .body(tonic::body::Body::empty())
+        .unwrap();
+    let start = std::time::Instant::now();
+    let called = tokio::time::timeout(support::DEADLINE, channel.oneshot(request)).await;
+    let error = called.expect("the call ends").unwrap_err();
+    (support::chain(&*error), start.elapsed())
+}
+
+#[tokio::test]
+async fn a_dial_to_a_server_that_never_speaks_tls_ends_at_the_connect_timeout() {
+    let limit = Duration::from_secs(1);
+    let (chain, took) = call_stalled(&Ca::new("server"), &Stalled::before_tls().await, limit).await;
+    assert!(chain.contains("no connection within 1s"), "{chain}");
+    assert!(took >= limit, "failed in {took:?}");
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_choose_http2_is_refused_saying_so() {
+    let ca = Ca::new("server");
+    let server = Stalled::after_request(&ca.server()).await;
+    let (chain, _) = call_stalled(&ca, &server, Duration::from_secs(30)).await;
+    assert!(
+        chain.contains("the server did not choose HTTP/2 (ALPN h2), which gRPC needs"),
+        "{chain}"
+    );
 }

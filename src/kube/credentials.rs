@@ -111,8 +111,8 @@ impl Credentials {
     /// handle as well (an inline token alone, an auth provider; without feature `tls`, a
     /// client certificate, or an exec plugin that returns one): [`client`](Self::client)
     /// then builds kube's own client, unchanged, and a `debug` event says why. A config
-    /// with a `proxy_url`, or one that verifies no server (`accept_invalid_certs`), gets
-    /// neither TLS store: kube's own TLS handles it, reading certificates once.
+    /// that verifies no server (`accept_invalid_certs`) gets neither TLS store: kube's own
+    /// TLS handles it, reading certificates once, and a `warn` event says so.
     ///
     /// Must be called within a tokio runtime.
     ///
@@ -183,9 +183,10 @@ impl Credentials {
             }
         }
         #[cfg(feature = "tls")]
-        if config.proxy_url.is_some() || config.accept_invalid_certs {
-            tracing::debug!(
-                "a proxy, or no server verification: TLS as kube does it, certificates read once"
+        if config.accept_invalid_certs {
+            tracing::warn!(
+                "the kube config verifies no server (insecure-skip-tls-verify): kube's own TLS \
+                 handles it, and reads its client certificate and CA once"
             );
         } else {
             // A plugin that answered with a token and a certificate: both are used, as
@@ -385,8 +386,8 @@ impl Credentials {
     ///
     /// # Errors
     ///
-    /// [`Error::Proxy`] when rotating TLS credentials are given for a config that goes
-    /// through a proxy; [`Error::NoRoots`] for an identity without a bundle;
+    /// [`Error::ProxyScheme`] for a `proxy_url` of a scheme kube does not take either;
+    /// [`Error::NoRoots`] for an identity without a bundle;
     /// [`Error::ServerName`] for a `tls_server_name` that is no name; [`Error::Kube`] when
     /// kube cannot build its client from the config.
     ///

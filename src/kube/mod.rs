@@ -127,13 +127,27 @@
 //! reloads the identity and sends the request again. kube 5 reads certificates once, and
 //! the in-cluster `ca.crt` again only after 60 s.
 //!
-//! The stack is then, outermost → innermost: kube's base URI, kube's retry of
-//! 429/503/504, the [`BearerLayer`](crate::BearerLayer) with its 401 retry (when there is a
-//! token), kube's auth for what the config still holds (an inline token, a username and password),
-//! kube's extra headers and impersonation, the `HttpsClient` with the config's
-//! `connect_timeout` and `tls_server_name`. Left out, as kube's own client has them: the
-//! config's read and write timeouts and kube's tracing spans. A config with a
-//! `proxy_url`, or with `accept_invalid_certs`, keeps kube's TLS (certificates read once).
+//! Everything else is kube's own client, layer for layer
+//! (`ClientBuilder::try_from(Config)` in kube 5), outermost → innermost:
+//!
+//! | kube's client | the client on rotating TLS credentials |
+//! |---|---|
+//! | base URI (`cluster_url`) | the same layer |
+//! | gzip decompression (kube's `gzip`), unless `disable_compression` | the same layer, with this crate's feature `gzip` (which turns on kube's) |
+//! | retry of 429/503/504 (`default_retry`) | the same layer |
+//! | — | [`BearerLayer`](crate::BearerLayer) with its 401 retry, when there is a token |
+//! | auth (`auth_info`: token, username and password, auth provider) | the same layer, for what the config still holds |
+//! | extra headers and impersonation (`headers`, `auth_info.impersonate`) | the same layer |
+//! | `TraceLayer` span `HTTP` (method, URL, status, otel fields), errors logged | the same layer |
+//! | hyper-util legacy client (`default_namespace` for the `Client`) | one per generation of the credentials, in the `HttpsClient` |
+//! | hyper-timeout's `TimeoutConnector` (`connect_timeout` over TCP, proxy and TLS, `read_timeout`, `write_timeout`, `reset_reader_on_write`) | the same, in the `HttpsClient` |
+//! | hyper-rustls (`root_cert`, `root_cert_file`, client certificate, `tls_server_name`) | the [`RootStore`](crate::tls::RootStore), the [`IdentityStore`](crate::tls::IdentityStore), `tls_server_name` |
+//! | `accept_invalid_certs` | kube's own client (certificates read once), with a `warn` event |
+//! | hyper-util's `Tunnel` (`http://`, `https://` `proxy_url`, basic auth from `user:password@`) or `SocksV5` (`socks5://`) | the same connectors, with `socks5h://` too |
+//! | hyper-util's `HttpConnector` | the same |
+//!
+//! kube fills `proxy_url` from the kubeconfig's `proxy-url`, else `HTTPS_PROXY` minus
+//! `NO_PROXY`; the client goes through exactly that proxy.
 //!
 //! Runnable examples: `examples/kube_incluster.rs`, `examples/kube_kubeconfig.rs`,
 //! `examples/cert_rotation.rs` and `examples/kubeconfig_rotation.rs`.
@@ -205,14 +219,13 @@ pub enum Error {
         /// The name.
         name: String,
     },
-    /// Rotating TLS credentials were given for a config that goes through a proxy (kube's
-    /// own connector handles proxies, with certificates read once).
+    /// The config's `proxy_url` is not an `http://`, `https://`, `socks5://` or
+    /// `socks5h://` URL (kube's own client refuses it as well).
     #[error(
-        "the config goes through proxy {proxy}: rotating TLS credentials are not supported \
-         through a proxy (give only a token store)"
+        "proxy {proxy}: only http://, https://, socks5:// and socks5h:// proxies are supported"
     )]
-    Proxy {
-        /// The proxy's URL.
+    ProxyScheme {
+        /// The proxy's URL, without its credentials.
         proxy: String,
     },
 }

@@ -37,12 +37,10 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! use bearer_reload::oauth2::{ClientAuth, ClientCredentials};
 //! use bearer_reload::source::FileSource;
-//! use bearer_reload::tls::RootStore;
+//! use bearer_reload::tls::{HttpsClient, RootStore};
 //! use bearer_reload::{BearerLayer, TokenStore};
 //! use bytes::Bytes;
 //! use http_body_util::Empty;
-//! use hyper_util::client::legacy::Client;
-//! use hyper_util::rt::TokioExecutor;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! let roots = RootStore::builder(FileSource::new("/etc/ssl/certs/ca-certificates.crt"))
@@ -51,14 +49,16 @@
 //! // A Kubernetes workload federated with the IdP: its projected token is the assertion.
 //! let auth = ClientAuth::client_assertion_file("/var/run/secrets/tokens/idp");
 //! let endpoint = "https://idp.example/token".parse()?;
-//! let source = ClientCredentials::new(endpoint, "reports", auth, roots).scope("metrics.read");
+//! let source = ClientCredentials::new(endpoint, "reports", auth, roots.clone())
+//!     .scope("metrics.read");
 //! let store = TokenStore::builder(source).load().await?;
 //!
-//! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! // The resource server over TLS too, verified with the same bundle.
+//! let https = HttpsClient::<Empty<Bytes>>::new(roots);
 //! let client = ServiceBuilder::new()
 //!     .layer(BearerLayer::new(store.clone()).retry_unauthorized())
-//!     .service(http);
-//! let request = http::Request::get("http://metrics.internal/api").body(Empty::new())?;
+//!     .service(https);
+//! let request = http::Request::get("https://metrics.internal/api").body(Empty::new())?;
 //! let response = client.oneshot(request).await?;
 //! println!("{} ({:?})", response.status(), store.status().expires_at);
 //! # Ok(()) }

@@ -21,7 +21,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
+use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::{Builder, Client, Error};
+use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
@@ -70,8 +72,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A tower `Service` for request bodies of type `B`, cheap to clone; put a
 /// [`BearerLayer`](crate::BearerLayer) in front of it for a token as well. By default it
 /// presents no client certificate, keeps hyper-util's default pool (idle connections kept
-/// 90 s, HTTP/1.1 and HTTP/2 by ALPN) and gives a TCP connect 30 s; each setter returns
-/// the client with fresh pools.
+/// 90 s, HTTP/1.1 and HTTP/2 by ALPN), goes through the proxy `HTTPS_PROXY` names (less
+/// `NO_PROXY`), as reqwest does, and gives making a connection 30 s, with no read or write
+/// timeout; each setter returns the client with fresh pools.
 ///
 /// # Examples
 ///
@@ -122,7 +125,7 @@ impl<B> fmt::Debug for HttpsClient<B> {
 struct Shared<B> {
     stores: Stores,
     settings: Settings,
-    connector: Tagging,
+    connector: Connector,
     /// The pool of the newest generations seen.
     current: Mutex<Arc<Pool<B>>>,
 }
@@ -130,15 +133,28 @@ struct Shared<B> {
 /// One generation's hyper-util client.
 struct Pool<B> {
     generations: Generations,
-    client: Client<Tagging, B>,
+    client: Client<Connector, B>,
 }
 
+/// The connector under each pool: kube's timeouts over the tagging TLS connector.
+type Connector = TimeoutConnector<Tagging>;
+
 /// What a client is built from, besides its stores.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Settings {
     server_name: Option<ServerName<'static>>,
-    connect_timeout: Option<Duration>,
+    proxy: Arc<Matcher>,
+    timeouts: Timeouts,
     builder: Builder,
+}
+
+/// hyper-timeout's settings, as kube's `Config` has them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Option<Duration>,
+    pub(crate) read: Option<Duration>,
+    pub(crate) write: Option<Duration>,
+    pub(crate) reset_reader_on_write: bool,
 }
 
 impl<B> HttpsClient<B>
@@ -157,7 +173,13 @@ where
         };
         let settings = Settings {
             server_name: None,
-            connect_timeout: Some(Duration::from_secs(30)),
+            proxy: Arc::new(Matcher::from_env()),
+            timeouts: Timeouts {
+                connect: Some(Duration::from_secs(30)),
+                read: None,
+                write: None,
+                reset_reader_on_write: false,
+            },
             builder,
         };
         Self::build(stores, settings)
@@ -174,9 +196,49 @@ where
         self.with(|_, settings| settings.server_name = Some(name))
     }
 
-    /// How long a TCP connect may take (30 s by default); `None` for no limit.
+    /// The proxies requests go through, as hyper-util's [`Matcher`] picks one for each
+    /// request's URI: by default [`Matcher::from_env`] (`HTTPS_PROXY`, `ALL_PROXY` and
+    /// `NO_PROXY`, as reqwest and curl read them); `Matcher::builder().build()` for none.
+    /// `http://` and `https://` proxies are tunnelled through with `CONNECT` (the
+    /// password of a `user:password@` URL as basic authorization), `socks5://` and
+    /// `socks5h://` ones with SOCKS5; TLS to the server goes through the tunnel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn run(roots: bearer_reload::tls::RootStore) {
+    /// use bearer_reload::tls::HttpsClient;
+    /// use hyper_util::client::proxy::matcher::Matcher;
+    ///
+    /// let proxy = Matcher::builder().all("http://proxy.internal:3128").no("10.0.0.0/8").build();
+    /// let client = HttpsClient::<http_body_util::Empty<bytes::Bytes>>::new(roots).proxy(proxy);
+    /// # let _ = client; }
+    /// ```
+    pub fn proxy(self, proxy: Matcher) -> Self {
+        let proxy = Arc::new(proxy);
+        self.with(|_, settings| settings.proxy = proxy)
+    }
+
+    /// How long making a connection may take, from the TCP connect through any proxy to
+    /// the end of the TLS handshake (30 s by default); `None` for no limit.
     pub fn connect_timeout(self, timeout: Option<Duration>) -> Self {
-        self.with(|_, settings| settings.connect_timeout = timeout)
+        self.with(|_, settings| settings.timeouts.connect = timeout)
+    }
+
+    /// How long a read from a connection may wait (none by default): a server that takes
+    /// a request and never answers fails it with an error of kind `TimedOut`.
+    pub fn read_timeout(self, timeout: Option<Duration>) -> Self {
+        self.with(|_, settings| settings.timeouts.read = timeout)
+    }
+
+    /// How long a write to a connection may wait (none by default).
+    pub fn write_timeout(self, timeout: Option<Duration>) -> Self {
+        self.with(|_, settings| settings.timeouts.write = timeout)
+    }
+
+    /// kube's timeouts all at once, `reset_reader_on_write` among them.
+    pub(crate) fn timeouts(self, timeouts: Timeouts) -> Self {
+        self.with(|_, settings| settings.timeouts = timeouts)
     }
 
     /// hyper-util's settings for each pool (idle timeout, HTTP/2 only, ...), instead of
@@ -195,15 +257,18 @@ where
     }
 
     fn build(stores: Stores, settings: Settings) -> Self {
-        let connector = Tagging::new(
-            https_connector(
-                &stores,
-                settings.server_name.clone(),
-                settings.connect_timeout,
-                Serves::Any,
-            ),
-            stores.clone(),
+        let tls = https_connector(
+            &stores,
+            settings.server_name.clone(),
+            settings.proxy.clone(),
+            Serves::Any,
         );
+        let mut connector = TimeoutConnector::new(Tagging::new(tls, stores.clone()));
+        let timeouts = settings.timeouts;
+        connector.set_connect_timeout(timeouts.connect);
+        connector.set_read_timeout(timeouts.read);
+        connector.set_write_timeout(timeouts.write);
+        connector.set_reset_reader_on_write(timeouts.reset_reader_on_write);
         let pool = Arc::new(Pool {
             generations: stores.generations(),
             client: settings.builder.build(connector.clone()),
@@ -260,7 +325,7 @@ where
     B::Error: Into<BoxError>,
 {
     /// The pool of the credentials current now.
-    fn pool(&mut self) -> &Client<Tagging, B> {
+    fn pool(&mut self) -> &Client<Connector, B> {
         let now = self.shared.stores.generations();
         if now != self.pool.generations {
             self.pool = self.shared.pool_for(now);

@@ -1,5 +1,6 @@
 //! The connector under an [`HttpsClient`](super::HttpsClient)'s pools and a
-//! `TlsChannel`'s connections: TCP, then TLS with the stores' current credentials. An
+//! `TlsChannel`'s connections: TCP, through a proxy where one is set, then TLS with the
+//! stores' current credentials. An
 //! `HttpsClient`'s connections are tagged with the credentials' generations they were
 //! dialled under, and one whose handshake ended after they changed is poisoned as it is
 //! handed over, so that hyper-util's pool does not reuse it. Each also tells its requests'
@@ -13,12 +14,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use http::Uri;
 use http::uri::Scheme;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::TokioIo;
 use pin_project_lite::pin_project;
 use rustls::pki_types::ServerName;
@@ -28,14 +29,14 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tower_service::Service;
 
-use super::error::UriError;
+use super::error::{Redacted, UriError};
 use super::refusal::{Blame, blame};
 use super::stores::{Generations, Stores};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A TLS connection over TCP, as [`HttpsConnector`] makes them.
-pub(crate) type TlsIo = TlsStream<TcpStream>;
+/// A TLS connection, as [`HttpsConnector`] makes them.
+pub(crate) type TlsIo = TlsStream<Wire>;
 
 /// What a connector's connections carry.
 #[derive(Debug, Clone, Copy)]
@@ -50,19 +51,18 @@ pub(crate) enum Serves {
     Http2,
 }
 
-/// The TCP and TLS connector of a client with `stores`: TLS with their current
-/// credentials, the server verified as `server_name` (else each URI's host) says, TCP with
-/// `TCP_NODELAY` and `connect_timeout`.
+/// The connector of a client with `stores`: TCP (with `TCP_NODELAY`), through the proxy
+/// `proxy` picks for each URI, then TLS with the stores' current credentials, the server
+/// verified as `server_name` (else each URI's host) says.
 pub(crate) fn https_connector(
     stores: &Stores,
     server_name: Option<ServerName<'static>>,
-    connect_timeout: Option<Duration>,
+    proxy: Arc<Matcher>,
     serves: Serves,
 ) -> HttpsConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    http.set_connect_timeout(connect_timeout);
     let mut config = stores.client_config();
     config.alpn_protocols = match serves {
         Serves::Any => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
@@ -72,30 +72,70 @@ pub(crate) fn https_connector(
         http,
         tls: TlsConnector::from(Arc::new(config)),
         server_name,
+        proxy,
     }
 }
 
-/// Dials TCP, then TLS with the stores' current credentials (their config reads them at
-/// each handshake). Refuses a URI that is not `https` before anything is dialled, with an
-/// error that names it: the request would carry the token the layer above put on it, and
-/// the client's certificate stands for TLS.
+/// Dials TCP, or a tunnel through a proxy, then TLS with the stores' current credentials
+/// (their config reads them at each handshake). Refuses a URI that is not `https` before
+/// anything is dialled, with an error that names it: the request would carry the token
+/// the layer above put on it, and the client's certificate stands for TLS.
 #[derive(Clone)]
 pub(crate) struct HttpsConnector {
     http: HttpConnector,
     tls: TlsConnector,
     server_name: Option<ServerName<'static>>,
+    proxy: Arc<Matcher>,
 }
 
 impl HttpsConnector {
     /// A TLS connection to `uri`'s host.
     pub(crate) fn dial(&self, uri: Uri) -> impl Future<Output = Result<TlsIo, BoxError>> + use<> {
         let name = self.server_name(&uri);
-        let (dial, tls) = (self.http.clone().call(uri), self.tls.clone());
+        let (this, tls) = (self.clone(), self.tls.clone());
         async move {
             let name = name.map_err(io::Error::from)?;
-            let tcp = dial.await?.into_inner();
-            Ok(tls.connect(name, tcp).await?)
+            let wire = this.wire(uri).await?;
+            Ok(tls.connect(name, wire).await?)
         }
+    }
+
+    /// The connection TLS to `uri` goes over: TCP to its host, or a tunnel through the
+    /// proxy the matcher picks for it (hyper-util's, as kube and reqwest use them).
+    async fn wire(mut self, uri: Uri) -> Result<Wire, BoxError> {
+        let Some(proxy) = self.proxy.intercept(&uri) else {
+            return Ok(Wire::Tcp(self.http.call(uri).await?.into_inner()));
+        };
+        let via = proxy.uri().clone();
+        let io = match via.scheme_str() {
+            Some("http") => {
+                let mut tunnel = Tunnel::new(via, self.http);
+                if let Some(auth) = proxy.basic_auth() {
+                    tunnel = tunnel.with_auth(auth.clone());
+                }
+                Wire::Tcp(tunnel.call(uri).await?.into_inner())
+            }
+            Some("https") => {
+                let to_proxy = ProxyTls(self.clone());
+                let mut tunnel = Tunnel::new(via, to_proxy);
+                if let Some(auth) = proxy.basic_auth() {
+                    tunnel = tunnel.with_auth(auth.clone());
+                }
+                Wire::Tls(Box::new(tunnel.call(uri).await?.into_inner()))
+            }
+            Some(scheme @ ("socks5" | "socks5h")) => {
+                let mut socks = SocksV5::new(via.clone(), self.http).local_dns(scheme == "socks5");
+                if let Some((user, password)) = proxy.raw_auth() {
+                    socks = socks.with_auth(user.to_owned(), password.to_owned());
+                }
+                Wire::Tcp(socks.call(uri).await?.into_inner())
+            }
+            _ => {
+                let via = Redacted(&via).to_string();
+                return Err(ProxyError::Scheme { proxy: via }.into());
+            }
+        };
+        Ok(io)
     }
 
     /// The name the server is verified as (and SNI): the one set, else `uri`'s host.
@@ -106,12 +146,128 @@ impl HttpsConnector {
         if let Some(name) = &self.server_name {
             return Ok(name.clone());
         }
-        // An IPv6 literal's brackets are the URI's, not the address's.
-        let host = uri
-            .host()
-            .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
-        host.and_then(|h| ServerName::try_from(h.to_owned()).ok())
-            .ok_or_else(|| UriError::NoHost { uri: uri.clone() })
+        host_name(uri).ok_or_else(|| UriError::NoHost { uri: uri.clone() })
+    }
+}
+
+/// `uri`'s host as a server name (an IPv6 literal's brackets are the URI's, not the
+/// address's).
+fn host_name(uri: &Uri) -> Option<ServerName<'static>> {
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(host.to_owned()).ok()
+}
+
+/// A proxy the crate cannot go through.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProxyError {
+    /// Not `http`, `https`, `socks5` or `socks5h`.
+    #[error(
+        "proxy {proxy}: only http://, https://, socks5:// and socks5h:// proxies are supported"
+    )]
+    Scheme {
+        /// The proxy, without its credentials.
+        proxy: String,
+    },
+}
+
+/// TLS to an `https://` proxy, for the tunnel through it: verified with the client's own
+/// CA bundle and presenting its identity, as kube's client does.
+#[derive(Clone)]
+struct ProxyTls(HttpsConnector);
+
+impl Service<Uri> for ProxyTls {
+    type Response = TokioIo<TlsStream<TcpStream>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, proxy: Uri) -> Self::Future {
+        let (mut http, tls) = (self.0.http.clone(), self.0.tls.clone());
+        Box::pin(async move {
+            let name = host_name(&proxy).ok_or_else(|| {
+                let proxy = Redacted(&proxy).to_string();
+                ProxyError::Scheme { proxy }
+            })?;
+            let tcp = http.call(proxy).await?.into_inner();
+            Ok(TokioIo::new(tls.connect(name, tcp).await?))
+        })
+    }
+}
+
+/// What TLS goes over: TCP to the server or an HTTP or SOCKS proxy, or TLS to an
+/// `https://` proxy.
+pub(crate) enum Wire {
+    Tcp(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Wire {
+    fn connected(&self) -> Connected {
+        match self {
+            Wire::Tcp(tcp) => tcp.connected(),
+            Wire::Tls(tls) => tls.get_ref().0.connected(),
+        }
+    }
+}
+
+impl AsyncRead for Wire {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Wire::Tcp(io) => Pin::new(io).poll_read(cx, buf),
+            Wire::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Wire {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Wire::Tcp(io) => Pin::new(io).poll_write(cx, buf),
+            Wire::Tls(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Wire::Tcp(io) => Pin::new(io).poll_flush(cx),
+            Wire::Tls(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Wire::Tcp(io) => Pin::new(io).poll_shutdown(cx),
+            Wire::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Wire::Tcp(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Wire::Tls(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Wire::Tcp(io) => io.is_write_vectored(),
+            Wire::Tls(io) => io.is_write_vectored(),
+        }
     }
 }
 

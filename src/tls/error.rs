@@ -1,32 +1,103 @@
 //! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle;
-//! `UriError`: why an HTTPS client refused a URI (an `io::Error` of kind `InvalidInput`).
+//! `UriError`: why an HTTPS client refused a URI (an `io::Error` of kind `InvalidInput`);
+//! [`Redacted`]: a URI shown without its userinfo.
 
+use std::fmt;
 use std::time::SystemTime;
 
 use http::Uri;
+use http::uri::Authority;
 
 use crate::clock::Rfc3339;
+
+/// `uri` without its userinfo (a proxy's `user:password@`), for every message, log line
+/// and `Debug` that names a URI: `Display` and `Debug` show its scheme, host, port, path
+/// and query; [`uri`](Self::uri) is the URI without it, to keep in an error.
+#[derive(Clone, Copy)]
+pub(crate) struct Redacted<'a>(pub(crate) &'a Uri);
+
+impl Redacted<'_> {
+    /// The URI without its userinfo (the same URI when it has none).
+    #[cfg_attr(not(feature = "tonic"), allow(dead_code))]
+    pub(crate) fn uri(self) -> Uri {
+        let Some(authority) = self.0.authority().filter(|a| a.as_str().contains('@')) else {
+            return self.0.clone();
+        };
+        let mut parts = self.0.clone().into_parts();
+        parts.authority = Authority::try_from(host_port(authority)).ok();
+        // Never the default (`/`): http refuses an authority that ends in `@`.
+        Uri::from_parts(parts).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Redacted<'_> {
+    /// As `Uri` shows itself, less the userinfo.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(scheme) = self.0.scheme() {
+            write!(f, "{scheme}://")?;
+        }
+        if let Some(authority) = self.0.authority() {
+            f.write_str(host_port(authority))?;
+        }
+        f.write_str(self.0.path())?;
+        match self.0.query() {
+            Some(query) => write!(f, "?{query}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// `authority` without its userinfo: `host[:port]`.
+fn host_port(authority: &Authority) -> &str {
+    let authority = authority.as_str();
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+}
 
 /// Why an HTTPS client refused a URI, before anything is dialled: a request's, for an
 /// [`HttpsClient`](super::HttpsClient), or the origin of a `tonic::TlsChannel`. Given to
 /// callers inside an `io::Error` of kind `InvalidInput`, whose message it is: a mistake in
 /// the caller's configuration, which the message names; no caller branches on which one.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Neither its message nor its `Debug` shows the URI's userinfo ([`Redacted`]).
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum UriError {
     /// Not `https://`: requests carry credentials, and go over TLS alone, never in plain
     /// text.
-    #[error("{uri} is not an https:// URI: credentials are never sent in plain text")]
+    #[error(
+        "{} is not an https:// URI: credentials are never sent in plain text",
+        Redacted(uri)
+    )]
     NotHttps {
         /// The URI (for a request, its scheme and authority: what would be dialled).
         uri: Uri,
     },
     /// It names no host (`https://host[:port]`) that a server can be verified as: a DNS
     /// name or an IP address.
-    #[error("{uri} names no host")]
+    #[error("{} names no host", Redacted(uri))]
     NoHost {
         /// The URI.
         uri: Uri,
     },
+}
+
+impl fmt::Debug for UriError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (variant, uri) = match self {
+            UriError::NotHttps { uri } => ("NotHttps", uri),
+            UriError::NoHost { uri } => ("NoHost", uri),
+        };
+        f.debug_struct(variant)
+            .field("uri", &Redacted(uri))
+            .finish()
+    }
 }
 
 impl From<UriError> for std::io::Error {

@@ -201,9 +201,9 @@
 //! `ClientConfig` of your own that uses the resolver or the verifier should do the same.
 
 mod certificate;
-mod client;
+pub(crate) mod client;
 pub(crate) mod connect;
-mod error;
+pub(crate) mod error;
 mod identity;
 mod key_type;
 mod provider;

@@ -65,6 +65,7 @@ impl Parse for Roots {
     /// parse, or that rustls cannot use as an anchor, is skipped (as rustls's own
     /// `add_parsable_certificates` does with a system bundle), once the whole PEM has
     /// parsed: a cut-short file is refused whole, and so is a bundle with nothing usable.
+    /// The anchors, the authorities listed and the digest are the same certificates.
     fn parse(pem: &[u8], _now: SystemTime) -> Result<Pem<Self>, CertificateError> {
         let ders = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
         if ders.is_empty() {
@@ -74,19 +75,22 @@ impl Parse for Roots {
         let mut roots = RootCertStore::empty();
         let (mut certificates, mut used, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
         for (i, der) in ders.into_iter().enumerate() {
-            match (
-                Certificate::from_der(&der),
-                roots.add(der.clone()).map_err(invalid),
-            ) {
-                (Ok(info), Ok(())) => {
-                    certificates.push(info);
-                    used.push(der);
-                }
-                (info, added) => skipped.push(Skipped {
-                    position: i + 1,
-                    subject: info.as_ref().ok().map(|c| c.subject.clone()),
-                    error: added.and(info.map(drop)).unwrap_err(),
-                }),
+            let skip = |subject, error| Skipped {
+                position: i + 1,
+                subject,
+                error,
+            };
+            // x509-parser first: what it refuses is reported skipped, so it must not reach
+            // rustls, whose anchor reading is laxer.
+            match Certificate::from_der(&der) {
+                Err(error) => skipped.push(skip(None, error)),
+                Ok(info) => match roots.add(der.clone()) {
+                    Ok(()) => {
+                        certificates.push(info);
+                        used.push(der);
+                    }
+                    Err(e) => skipped.push(skip(Some(info.subject), invalid(e))),
+                },
             }
         }
         if certificates.is_empty() {

@@ -17,6 +17,7 @@ use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::client::conn::TrySendError;
 use hyper::client::conn::http2::{Builder, SendRequest};
+use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::TokioTimer;
 use rustls::pki_types::ServerName;
 use tower_service::Service;
@@ -27,6 +28,7 @@ use crate::refusal::{Refused, Renewed, clone_request, resent_above};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};
+use crate::tls::error::Redacted;
 use crate::tls::refusal::{Blame, blame};
 use crate::tls::stores::{Generations, Refusal, Stores};
 use crate::tls::{IdentityStore, RootStore, UriError};
@@ -58,7 +60,10 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// the [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated) classifier in front
 /// (with `retry_unauthorized`, the bodies made replayable in front of it, as the
 /// [`body`](crate::body) module shows). By default it presents no client certificate and
-/// gives a TCP connect 30 s; each setter returns the channel with no connection.
+/// gives making a connection (TCP, TLS and HTTP/2's handshake) 30 s; each setter returns
+/// the channel with no connection. A server that does not choose HTTP/2 by ALPN is
+/// refused with an error that says so. Like tonic's own channel, it reads no proxy from
+/// the environment.
 ///
 /// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an error
 /// naming it.
@@ -152,7 +157,9 @@ where
             roots,
         };
         let settings = Settings {
-            origin,
+            // Userinfo never goes to the server (HTTP/2 forbids it in `:authority`), nor
+            // into an error.
+            origin: Redacted(&origin).uri(),
             server_name: None,
             connect_timeout: Some(Duration::from_secs(30)),
             http2,
@@ -172,7 +179,8 @@ where
         self.with(|_, settings| settings.server_name = Some(name))
     }
 
-    /// How long a TCP connect may take (30 s by default); `None` for no limit.
+    /// How long making a connection may take, from the TCP connect to the end of the
+    /// HTTP/2 handshake (30 s by default); `None` for no limit.
     pub fn connect_timeout(self, timeout: Option<Duration>) -> Self {
         self.with(|_, settings| settings.connect_timeout = timeout)
     }
@@ -186,12 +194,14 @@ where
 
     fn build(stores: Stores, settings: Settings) -> Self {
         let dial = Dial {
+            // No proxy: tonic's own channel reads none either.
             connector: https_connector(
                 &stores,
                 settings.server_name.clone(),
-                settings.connect_timeout,
+                Arc::new(Matcher::builder().build()),
                 Serves::Http2,
             ),
+            connect_timeout: settings.connect_timeout,
             http2: settings.http2.clone(),
             origin: settings.origin.clone(),
         };

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::Uri;
 use hyper::client::conn::http2::{Builder, SendRequest};
@@ -29,13 +30,50 @@ where
 }
 
 /// How a connection is made: TCP, the TLS handshake with the credentials current at that
-/// moment, HTTP/2's.
+/// moment, HTTP/2's; all of it within `connect_timeout`.
 #[derive(Clone)]
 pub(crate) struct Dial {
     pub(crate) connector: HttpsConnector,
     pub(crate) http2: Builder<Spawn>,
     pub(crate) origin: Uri,
+    pub(crate) connect_timeout: Option<Duration>,
 }
+
+impl Dial {
+    /// A new connection's sender, its task spawned: it ends once every sender of it is
+    /// dropped and its streams are done, or the connection fails.
+    async fn connect<B>(&self) -> Result<SendRequest<B>, BoxError>
+    where
+        B: http_body::Body + Send + Unpin + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let io = self.connector.dial(self.origin.clone()).await?;
+        if io.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(NotHttp2.into());
+        }
+        // Boxed: hyper spawns a task per call whose future is an enum that can also be
+        // the connection's, and a TLS stream held inline would make each as large.
+        let (sender, connection) = self.http2.handshake(Box::new(TokioIo::new(io))).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "gRPC connection ended");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// The server did not choose HTTP/2 in the TLS handshake (ALPN), the one protocol a
+/// channel offers: gRPC needs it.
+#[derive(Debug, thiserror::Error)]
+#[error("the server did not choose HTTP/2 (ALPN h2), which gRPC needs")]
+struct NotHttp2;
+
+/// A dial that took longer than `connect_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("no connection within {0:?}")]
+struct TimedOut(Duration);
 
 /// One generation's connection: a call that starts while the credentials are of
 /// `generations` goes out on it.
@@ -81,6 +119,9 @@ where
     ///
     /// Why the connection could not be made (its TCP connect, TLS or HTTP/2 handshake).
     pub(crate) async fn sender(&self, dial: &Dial) -> Outcome<B> {
+        if let Some(sender) = self.open() {
+            return Ok(sender);
+        }
         let seen = lock(&self.last).0;
         let _dialling = self.dialling.lock().await;
         match &*lock(&self.last) {
@@ -88,22 +129,16 @@ where
             (dials, Some(Err(failed))) if *dials > seen => return Err(failed.clone()),
             _ => {}
         }
-        // A new connection, its task spawned: it ends once every sender of it is dropped
-        // and its streams are done, or the connection fails.
-        let outcome = async {
-            let io = dial.connector.dial(dial.origin.clone()).await?;
-            // Boxed: hyper spawns a task per call whose future is an enum that can also be
-            // the connection's, and a TLS stream held inline would make each as large.
-            let (sender, connection) = dial.http2.handshake(Box::new(TokioIo::new(io))).await?;
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::debug!(%error, "gRPC connection ended");
-                }
-            });
-            Ok::<_, BoxError>(sender)
-        }
-        .await
-        .map_err(|e| Arc::new(io::Error::other(e)));
+        // Bounded: callers wait on this dial, and a server that takes TCP and never
+        // speaks TLS would hold them for ever.
+        let outcome = match dial.connect_timeout {
+            Some(limit) => match tokio::time::timeout(limit, dial.connect()).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(TimedOut(limit).into()),
+            },
+            None => dial.connect().await,
+        };
+        let outcome = outcome.map_err(|e| Arc::new(io::Error::other(e)));
         let mut last = lock(&self.last);
         *last = (last.0 + 1, Some(outcome.clone()));
         outcome

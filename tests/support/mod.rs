@@ -8,10 +8,12 @@ pub mod mtls;
 pub mod pki;
 pub mod procfs;
 pub mod prometheus;
+pub mod proxy;
 pub mod script;
 pub mod serve;
 pub mod server;
 pub mod sim;
+pub mod stalled;
 pub mod tls;
 pub mod token_request;
 pub mod writers;
@@ -211,4 +213,96 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         cause = e.source();
     }
     line
+}
+
+/// Writes `issued` as `tls.crt` and `tls.key` in `volume`, as the kubelet rotates a
+/// projected certificate.
+pub fn rotate_identity(volume: &bearer_reload::testing::ProjectedTokenDir, issued: &pki::Issued) {
+    volume
+        .rotate_files(&[
+            ("tls.crt", issued.cert_pem.as_bytes()),
+            ("tls.key", issued.key_pem.as_bytes()),
+        ])
+        .unwrap();
+}
+
+/// While callers send requests to `server` with the client certificate in `volume`
+/// (`current` at first): rotates it 3 times, the server refusing the old one at once, each
+/// once 20 requests arrived with the one before; returns once 20 arrived with the last.
+pub async fn rotate_under_load(
+    server: &mtls::MtlsServer,
+    ca: &pki::Ca,
+    volume: &bearer_reload::testing::ProjectedTokenDir,
+    mut current: pki::Issued,
+) {
+    // Until 20 requests arrived with `fingerprint`, woken by each arrival.
+    let in_use = async |fingerprint: String| {
+        loop {
+            let arrivals = server.arrivals();
+            let with = arrivals
+                .iter()
+                .filter(|a| a.fingerprint == fingerprint && !a.refused);
+            if with.count() >= 20 {
+                return;
+            }
+            server
+                .wait_requests(arrivals.len() as u64 + 1, DEADLINE)
+                .await;
+        }
+    };
+    for _ in 0..3 {
+        in_use(current.fingerprint()).await;
+        let next = ca.client("jane", Duration::from_secs(3600));
+        rotate_identity(volume, &next);
+        server.refuse(&current.fingerprint());
+        current = next;
+    }
+    in_use(current.fingerprint()).await;
+}
+
+/// Callers that send requests, each after the last, until stopped.
+pub struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    callers: Vec<tokio::task::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl Load {
+    /// `n` callers of `send`, which says why a request failed.
+    pub fn start<F, Fut>(n: usize, send: F) -> Self
+    where
+        F: Fn() -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = Result<(), String>> + Send,
+    {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let callers = (0..n)
+            .map(|_| {
+                let (send, stop) = (send.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let (mut sent, mut failed) = (0, Vec::new());
+                    // One request at least, however soon it is stopped.
+                    loop {
+                        sent += 1;
+                        failed.extend(send().await.err());
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            break;
+                        }
+                    }
+                    (sent, failed)
+                })
+            })
+            .collect();
+        Self { stop, callers }
+    }
+
+    /// Stops the callers: the requests sent, and why each that failed did.
+    pub async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (mut sent, mut failed) = (0, Vec::new());
+        for caller in self.callers {
+            let (n, f) = caller.await.unwrap();
+            sent += n;
+            failed.extend(f);
+        }
+        (sent, failed)
+    }
 }

@@ -77,6 +77,8 @@ pub struct Arrival {
     pub client: Option<String>,
     /// The request's `Authorization` header (test tokens only).
     pub authorization: Option<String>,
+    /// Its headers.
+    pub headers: http::HeaderMap,
     /// Its method, and its path with the query.
     pub method: http::Method,
     pub path: String,
@@ -389,6 +391,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                     .get(http::header::AUTHORIZATION)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
+                let headers = req.headers().clone();
                 async move {
                     let body = req.into_body().collect().await.map(|b| b.to_bytes());
                     let Ok(body) = body else {
@@ -420,6 +423,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
                             refused,
                             client,
                             authorization,
+                            headers,
                             method,
                             path,
                             body,

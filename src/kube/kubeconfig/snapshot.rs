@@ -29,8 +29,8 @@ pub(crate) struct Inline {
     pub(crate) token: bool,
     /// The user's `client-certificate-data` and `client-key-data`, both (feature `tls`).
     pub(crate) identity: bool,
-    /// The cluster's `certificate-authority-data` (feature `tls`), for a cluster reached
-    /// without a proxy and verified.
+    /// The cluster's `certificate-authority-data` (feature `tls`), for a cluster that is
+    /// verified.
     pub(crate) roots: bool,
 }
 
@@ -42,9 +42,7 @@ impl Inline {
     pub(super) fn of(selected: &Selected) -> Self {
         let user = &selected.user;
         let cluster = &selected.cluster;
-        let tls = cfg!(feature = "tls")
-            && cluster.proxy_url.is_none()
-            && cluster.insecure_skip_tls_verify != Some(true);
+        let tls = cfg!(feature = "tls") && cluster.insecure_skip_tls_verify != Some(true);
         Self {
             token: matches!(auth_in_use(user), AuthInUse::InlineToken),
             identity: tls
@@ -79,14 +77,16 @@ impl Shape {
         user.token.take_if(|_| inline.token);
         user.client_certificate_data.take_if(|_| inline.identity);
         user.client_key_data.take_if(|_| inline.identity);
-        let cluster = serde_json::to_vec(&cluster).unwrap_or_default();
-        let user = serde_json::to_vec(&user).unwrap_or_default();
+        // Hashed as the JSON is written, never held whole: it holds secrets. The JSON pair
+        // delimits itself; these types always serialize, and the same way each time.
+        let mut hash = Sha256::new();
+        let _ = serde_json::to_writer(Hashing(&mut hash), &(&cluster, &user));
         Self {
             context: selected.context.clone(),
             cluster: selected.cluster_name.clone(),
             user: selected.user_name.clone(),
             server: selected.cluster.server.clone(),
-            settings: digest([&cluster[..], &user[..]]),
+            settings: hash.finalize().into(),
             inline,
         }
     }
@@ -276,6 +276,20 @@ pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot,
         digest,
         stamp: Stamp::default(),
     })
+}
+
+/// A writer that feeds what is written to a hash, and keeps nothing.
+struct Hashing<'a>(&'a mut Sha256);
+
+impl std::io::Write for Hashing<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// SHA-256 of `parts`, each after its length: the same for the same parts.

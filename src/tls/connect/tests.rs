@@ -16,6 +16,10 @@ async fn stores() -> Stores {
     }
 }
 
+fn no_proxy() -> Arc<Matcher> {
+    Arc::new(Matcher::builder().build())
+}
+
 /// `io` tagged as an HTTP/1.1 connection is.
 async fn tagged<T>(io: T) -> Tagged<T> {
     let stores = stores().await;
@@ -26,7 +30,10 @@ async fn tagged<T>(io: T) -> Tagged<T> {
             generations: stores.generations(),
             state: Arc::default(),
         },
-        tagging: Tagging::new(https_connector(&stores, None, None, Serves::Any), stores),
+        tagging: Tagging::new(
+            https_connector(&stores, None, no_proxy(), Serves::Any),
+            stores,
+        ),
     }
 }
 
@@ -246,7 +253,7 @@ async fn writes_flushes_and_the_shutdown_reach_the_connection_under_it() {
 #[tokio::test]
 async fn the_server_is_verified_as_the_name_set_else_the_uri_s_host() {
     let stores = stores().await;
-    let connector = https_connector(&stores, None, None, Serves::Any);
+    let connector = https_connector(&stores, None, no_proxy(), Serves::Any);
     let name = |uri: &str| connector.server_name(&uri.parse().unwrap());
     assert_eq!(
         name("https://kubernetes.default.svc/api").unwrap().to_str(),
@@ -273,7 +280,7 @@ async fn the_server_is_verified_as_the_name_set_else_the_uri_s_host() {
 
     // The name set wins over the URI's host, and an `http` URI is refused all the same.
     let fixed = ServerName::try_from("apiserver.internal").unwrap();
-    let connector = https_connector(&stores, Some(fixed), None, Serves::Any);
+    let connector = https_connector(&stores, Some(fixed), no_proxy(), Serves::Any);
     let name = |uri: &str| connector.server_name(&uri.parse().unwrap());
     assert_eq!(
         name("https://10.96.0.1/").unwrap().to_str(),
@@ -283,4 +290,22 @@ async fn the_server_is_verified_as_the_name_set_else_the_uri_s_host() {
         name("http://10.96.0.1/"),
         Err(UriError::NotHttps { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_proxy_of_a_scheme_it_cannot_go_through_is_an_error_without_its_password() {
+    let stores = stores().await;
+    let proxy = Matcher::builder()
+        .all("socks4://jane:s3cret@127.0.0.1:1")
+        .build();
+    let connector = https_connector(&stores, None, Arc::new(proxy), Serves::Any);
+    let err = match connector.dial("https://10.96.0.1/".parse().unwrap()).await {
+        Ok(_) => panic!("dialled through a socks4 proxy"),
+        Err(err) => err.to_string(),
+    };
+    assert_eq!(
+        err,
+        "proxy socks4://127.0.0.1:1/: only http://, https://, socks5:// and socks5h:// \
+         proxies are supported"
+    );
 }

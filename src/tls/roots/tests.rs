@@ -263,3 +263,51 @@ async fn an_unusable_certificate_is_skipped_warned_about_once_and_counted() {
         .collect();
     assert_eq!(subjects, ["CN=one", "CN=two"]);
 }
+
+/// `ca`'s certificate with the first digit of its `notBefore` made an `x`: rustls takes it
+/// as an anchor (it reads the subject, key and name constraints, not the dates), x509-parser
+/// refuses the date.
+fn bad_date(ca: &Ca) -> Vec<u8> {
+    let mut der = ca.der();
+    // The validity: a SEQUENCE of two 13-byte UTCTimes.
+    let validity = der.windows(4).position(|w| w == [0x30, 0x1e, 0x17, 0x0d]);
+    der[validity.expect("a validity") + 4] = b'x';
+    der
+}
+
+#[tokio::test]
+async fn a_certificate_x509_parser_refuses_is_not_trusted_even_when_rustls_would_take_it() {
+    let (one, bad) = (Ca::new("one"), Ca::new("bad"));
+    let corrupt = CertificateDer::from(bad_date(&bad));
+    assert!(RootCertStore::empty().add(corrupt.clone()).is_ok());
+    assert!(Certificate::from_der(&corrupt).is_err());
+    let (one_server, bad_server) = (one.server(), bad.server());
+    let unknown = Err(TlsError::InvalidCertificate(
+        rustls::CertificateError::UnknownIssuer,
+    ));
+
+    // Skipped, as the status says, and not trusted.
+    let (roots, dir) = load_default(&format!("{}{}", one.pem(), section(&corrupt))).await;
+    let subjects: Vec<_> = roots
+        .certificates()
+        .into_iter()
+        .map(|c| c.subject)
+        .collect();
+    assert_eq!(subjects, ["CN=one"]);
+    assert_eq!(roots.status().skipped_certificates, 1);
+    assert!(verify(&roots, &one_server).is_ok());
+    assert_eq!(verify(&roots, &bad_server), unknown);
+
+    // Removed from the bundle: nothing trusted changed, so no rotation, and still refused.
+    let path = dir.path().join("ca-certificates.crt");
+    writers::rename_over(&path, one.pem()).unwrap();
+    roots.reload().await.unwrap();
+    assert_eq!(roots.generation(), 1);
+    assert_eq!(verify(&roots, &bad_server), unknown);
+
+    // Put back whole: a new bundle, and trusted.
+    writers::rename_over(&path, format!("{}{}", one.pem(), bad.pem())).unwrap();
+    assert_eq!(roots.reload().await.unwrap().len(), 2);
+    assert_eq!(roots.generation(), 2);
+    assert!(verify(&roots, &bad_server).is_ok());
+}
