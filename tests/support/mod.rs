@@ -228,7 +228,9 @@ pub fn rotate_identity(volume: &bearer_reload::testing::ProjectedTokenDir, issue
 
 /// While callers send requests to `server` with the client certificate in `volume`
 /// (`current` at first): rotates it 3 times, the server refusing the old one at once, each
-/// once 20 requests arrived with the one before; returns once 20 arrived with the last.
+/// a second after the last and once 20 requests arrived with the one before; returns once
+/// 20 arrived with the last. (Real rotations are hours apart: a request refused at one
+/// rotation is sent again before the next.)
 pub async fn rotate_under_load(
     server: &mtls::MtlsServer,
     ca: &pki::Ca,
@@ -251,7 +253,9 @@ pub async fn rotate_under_load(
         }
     };
     for _ in 0..3 {
+        let next_rotation = tokio::time::Instant::now() + Duration::from_secs(1);
         in_use(current.fingerprint()).await;
+        tokio::time::sleep_until(next_rotation).await;
         let next = ca.client("jane", Duration::from_secs(3600));
         rotate_identity(volume, &next);
         server.refuse(&current.fingerprint());
