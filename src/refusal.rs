@@ -40,17 +40,18 @@
 //!   the retry asks for one; the caller sends the request with the store's newest token
 //!   (`Store::resend`).
 //!
-//! A refusal is handled once, and a request sent again at most once. A retry layer
-//! ([`BearerLayer`](crate::BearerLayer)'s, reqwest's `BearerMiddleware`) takes every 401 to
-//! the requests it can send again; an HTTPS transport below it (`HttpsClient`,
-//! `TlsChannel`, `TlsMiddleware`: `tls::stores::Refusal`) only reloads its client
-//! certificate first and marks the answer [`Renewed`] when it found a newer one, so that
-//! the layer sends the request again with every credential newer by then. The layer says
-//! it is there for the length of its inner service's `call` ([`resending_above`]; reqwest's
-//! middlewares in reqwest-middleware's extensions). Without one, the transport sends the
-//! request again itself, with its new certificate.
+//! A refusal is handled once, and a request sent again at most once, whatever sits
+//! between the parts (a `Buffer`, a task of its own): a 401 to a request that carries an
+//! `Authorization` header is the retry layer's to send again
+//! ([`BearerLayer`](crate::BearerLayer)'s, reqwest's `BearerMiddleware`), with every
+//! credential newer by then; an HTTPS transport below (`HttpsClient`, `TlsChannel`,
+//! `TlsMiddleware`: `tls::stores::Refusal`) only reloads its client certificate first,
+//! and marks the answer [`Renewed`] when it found a newer one. A 401 to a request without
+//! that header can refuse nothing but the certificate, and no layer above sends it again:
+//! the transport does, itself. Transports also send again what they alone see: a request
+//! never written, a handshake refused with an alert, an idempotent request on a
+//! connection that closed unanswered.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -99,33 +100,6 @@ impl<B: Body> Refused for http::Response<B> {
 
 /// The reload after a refusal: whether it brought a newer credential.
 pub(crate) type Reload = Pin<Box<dyn Future<Output = bool> + Send>>;
-
-thread_local! {
-    /// How many retry layers' inner `call`s run now on this thread: a transport called
-    /// within one leaves a 401 to it. A plain integer: a load and a store, no destructor.
-    static RESENDING_ABOVE: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Runs `call` (a retry layer's inner service's `call`) telling a transport called within
-/// it that the layer sends a 401's request again itself.
-pub(crate) fn resending_above<R>(call: impl FnOnce() -> R) -> R {
-    /// Counts the layer out again, also when `call` panics.
-    struct Leave;
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            RESENDING_ABOVE.set(RESENDING_ABOVE.get() - 1);
-        }
-    }
-    RESENDING_ABOVE.set(RESENDING_ABOVE.get() + 1);
-    let _leave = Leave;
-    call()
-}
-
-/// Whether a retry layer above the call that runs now sends a 401's request again itself.
-#[allow(dead_code, reason = "read by the HTTPS transports, which are optional")]
-pub(crate) fn resent_above() -> bool {
-    RESENDING_ABOVE.get() > 0
-}
 
 /// A response extension: the transport below reloaded its client certificate after this
 /// 401 and found a newer one, so the request may go again even with the same token.

@@ -201,15 +201,10 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             OnUnauthorized::Retry => req.try_clone(),
             OnUnauthorized::Reload => None,
         };
-        // A `TlsMiddleware` after this one leaves a 401 of this request to this one, which
-        // sends it again with every credential newer by then (see `crate::refusal`).
-        if replay.is_some() {
-            extensions.insert(ResendingAbove);
-        }
         let response = next.clone().run(req, extensions).await;
         let response = match response {
             Ok(response) if response.status() == StatusCode::UNAUTHORIZED => response,
-            response => return done(extensions, response),
+            response => return response,
         };
         // A refusal proves the server did not act on it: any method goes again.
         let Some(mut replay) = replay else {
@@ -225,7 +220,7 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || true)).await
         {
             // The same credentials would be refused again.
-            return done(extensions, Ok(response));
+            return Ok(response);
         }
         self.store.0.resend(replay.headers_mut());
         let response = next.run(replay, extensions).await;
@@ -234,17 +229,6 @@ impl<R: Send + Sync> BearerMiddleware<R> {
                 .0
                 .count_resent(response.status() == StatusCode::UNAUTHORIZED);
         }
-        done(extensions, response)
+        response
     }
-}
-
-/// In reqwest-middleware's extensions while a retrying `BearerMiddleware` sends a request:
-/// a `TlsMiddleware` after it leaves a 401 to it.
-#[derive(Clone, Copy)]
-struct ResendingAbove;
-
-/// `response`, the request's extensions rid of [`ResendingAbove`].
-fn done(extensions: &mut Extensions, response: Result<Response>) -> Result<Response> {
-    extensions.remove::<ResendingAbove>();
-    response
 }

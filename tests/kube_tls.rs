@@ -461,17 +461,11 @@ async fn certificates_rotate_under_load_through_a_socks5_proxy_with_a_password()
     certificate_rotation_under_load_through(&proxy.url(), |to| proxy.connects_to(to)).await;
 }
 
-/// On a current-thread runtime, so that every event of the client is on the test's
-/// thread, where the subscriber is.
-#[tokio::test]
+/// The one test of this binary that installs a subscriber (the process's: a callsite's
+/// interest is the process's too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_has_kubes_trace_span_and_asks_for_gzip() {
-    let logs = support::Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let logs = support::Logs::capture_globally();
     let tmp = tempfile::tempdir().unwrap();
     let ca = Ca::new("kubernetes");
     let server = MtlsServer::start(&ca, &ca.server()).await;

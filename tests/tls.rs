@@ -1157,6 +1157,24 @@ async fn a_post_whose_handshake_was_refused_with_an_alert_is_sent_again() {
 /// caller's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_token_and_certificate_send_a_post_again_once_with_both() {
+    token_and_certificate_refused_once(Between::Nothing).await;
+}
+
+/// The same with a `Buffer` between the layer and the client: the client is called from
+/// the buffer's task, and still leaves the 401 to the layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffer_between_the_layer_and_the_client_changes_nothing() {
+    token_and_certificate_refused_once(Between::Buffer).await;
+}
+
+/// What sits between a `BearerLayer` and the `HttpsClient`.
+#[derive(Clone, Copy)]
+enum Between {
+    Nothing,
+    Buffer,
+}
+
+async fn token_and_certificate_refused_once(between: Between) {
     use bearer_reload::{BearerLayer, TokenStore};
     let quiet = Quiet::start().await;
     let token_path = quiet._tmp.path().join("token");
@@ -1172,6 +1190,10 @@ async fn a_refused_token_and_certificate_send_a_post_again_once_with_both() {
         .await
         .unwrap();
     let https = HttpsClient::<Full<Bytes>>::new(roots).identity(quiet.identity.clone());
+    let https = match between {
+        Between::Nothing => tower::util::Either::Left(https.map_err(tower::BoxError::from)),
+        Between::Buffer => tower::util::Either::Right(tower::buffer::Buffer::new(https, 16)),
+    };
     let client = tower::ServiceBuilder::new()
         .layer(BearerLayer::new(tokens.clone()).retry_unauthorized())
         .service(https);
@@ -1366,4 +1388,42 @@ async fn https_proxy_child() {
         "{} of {sent} failed: {failed:?}",
         failed.len()
     );
+}
+
+/// Sixteen requests start while the client has no connection, so each dials one; the
+/// server holds the handshakes until all are waiting, and the identity rotates meanwhile;
+/// then it lets them through, choosing HTTP/2. hyper-util keeps one HTTP/2 connection and
+/// cancels the requests that waited for the others (`ALPN upgraded to HTTP/2`, or `checked
+/// out connection was closed`), and every connection straddled the rotation, so none is
+/// pooled for them: they were never written, and go again. Every one succeeds. (Which
+/// requests wait depends on the order the handshakes end in: 8 stagings in 10 cancel one,
+/// so the test stages it 5 times, each on a new client.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_racing_for_a_first_http2_connection_all_succeed() {
+    let quiet = Quiet::start().await;
+    let (server, url) = (&quiet.server, quiet.server.url("/"));
+    let roots = RootStore::builder(FileSource::new(ca_file(&quiet.ca)))
+        .load()
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let client = Client::new(roots.clone()).identity(quiet.identity.clone());
+        server.hold_handshakes();
+        let accepted = server.accepted();
+        let requests: Vec<_> = (0..16)
+            .map(|_| {
+                let (client, url) = (client.clone(), url.clone());
+                tokio::spawn(async move { get(&client, &url).await })
+            })
+            .collect();
+        server.wait_accepted(accepted + 16, DEADLINE).await;
+        let new = quiet.ca.client("n1", HOUR);
+        writers::rename_over(&quiet.path, new.combined()).unwrap();
+        quiet.identity.reload().await.unwrap();
+        server.release_handshakes();
+        for request in requests {
+            let (status, _) = request.await.unwrap().unwrap();
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
 }

@@ -434,3 +434,70 @@ async fn a_server_that_does_not_choose_http2_is_refused_saying_so() {
         "{chain}"
     );
 }
+
+/// A token and a client certificate rotated together, nothing but the refusal reloading
+/// them, a `Buffer` between the `BearerLayer` and the channel (which it calls from its
+/// own task), and a server that refuses the old pair: the call is received twice, with
+/// the old pair and then the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_for_its_token_and_certificate_behind_a_buffer_is_received_twice() {
+    use bearer_reload::{BearerLayer, TokenStore};
+    use http_body_util::Full;
+    support::tls::install_ring();
+    let (server_ca, clients) = (Ca::new("server"), Ca::new("clients"));
+    let server = MtlsServer::start(&clients, &server_ca.server()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key, token) = (
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("token"),
+    );
+    let first = clients.client("first", HOUR);
+    std::fs::write(&crt, &first.cert_pem).unwrap();
+    std::fs::write(&key, &first.key_pem).unwrap();
+    std::fs::write(&token, "one").unwrap();
+    let identity = IdentityStore::files(&crt, &key)
+        .no_watch()
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    let tokens = TokenStore::builder(FileSource::new(&token))
+        .no_watch()
+        .no_periodic_refresh()
+        .load()
+        .await
+        .unwrap();
+    let roots = roots_of(dir.path(), &server_ca.pem()).await;
+    let channel = TlsChannel::<Full<Bytes>>::new(server.url("").parse().unwrap(), roots)
+        .unwrap()
+        .identity(identity);
+    let client = tower::ServiceBuilder::new()
+        .layer(BearerLayer::new(tokens).retry_unauthorized())
+        .service(tower::buffer::Buffer::new(channel, 16));
+    let call = |path: &'static str| {
+        let request = http::Request::post(path)
+            .body(Full::new(Bytes::from_static(b"call")))
+            .unwrap();
+        client.clone().oneshot(request)
+    };
+    server.accept_tokens(&["one"]);
+    assert_eq!(call("/warm").await.unwrap().status(), http::StatusCode::OK);
+
+    let second = clients.client("second", HOUR);
+    std::fs::write(&crt, &second.cert_pem).unwrap();
+    std::fs::write(&key, &second.key_pem).unwrap();
+    std::fs::write(&token, "two").unwrap();
+    server.accept_tokens(&["two"]);
+    server.refuse(&first.fingerprint());
+    assert_eq!(call("/both").await.unwrap().status(), http::StatusCode::OK);
+    let seen: Vec<_> = (server.arrivals().into_iter())
+        .filter(|a| a.path == "/both")
+        .map(|a| (a.authorization.unwrap_or_default(), a.fingerprint))
+        .collect();
+    let want = [
+        ("Bearer one", first.fingerprint()),
+        ("Bearer two", second.fingerprint()),
+    ];
+    assert_eq!(seen, want.map(|(t, f)| (t.to_owned(), f)));
+}

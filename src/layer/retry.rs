@@ -16,7 +16,7 @@ use tower_service::Service;
 use super::{BearerService, Carried, RetryUnauthorized};
 use crate::body::TryCloneBody;
 use crate::classify::Unauthorized;
-use crate::refusal::{AfterRefusal, Renewed, clone_request, resending_above};
+use crate::refusal::{AfterRefusal, Renewed, clone_request};
 use crate::store::Certainty;
 
 impl<S, B, ResB, C> Service<Request<B>> for BearerService<S, C, RetryUnauthorized>
@@ -40,12 +40,7 @@ where
         // passed through as it is.
         let replay = sent.as_ref().and_then(|_| clone_request(&req));
         let retry_svc = replay.as_ref().map(|_| self.inner.clone());
-        // An HTTPS transport below leaves a 401 of this request to the layer, which sends it
-        // again with every credential newer by then (see `crate::refusal`).
-        let fut = match &replay {
-            Some(_) => resending_above(|| self.inner.call(req)),
-            None => self.inner.call(req),
-        };
+        let fut = self.inner.call(req);
         RetryFuture {
             state: State::First { fut },
             sent,
@@ -160,8 +155,7 @@ where
                     if let Some(Carried { store, .. }) = this.sent.as_ref() {
                         store.resend(request.headers_mut());
                     }
-                    // At most twice: a transport below leaves this one's 401 to the layer too.
-                    let fut = resending_above(|| svc.call(request));
+                    let fut = svc.call(request);
                     this.state.set(State::Retrying { fut });
                 }
                 StateProj::Retrying { fut } => {

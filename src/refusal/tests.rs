@@ -98,15 +98,3 @@ async fn no_newer_token_gives_the_response_back_untouched() {
     let back = std::future::poll_fn(|cx| after.as_mut().poll_with(cx, || false)).await;
     assert!(back.is_err());
 }
-
-#[test]
-fn a_transport_knows_a_retry_layer_is_above_only_within_its_call() {
-    assert!(!resent_above());
-    let (inner, nested) = resending_above(|| (resent_above(), resending_above(resent_above)));
-    assert!(inner && nested);
-    assert!(!resent_above());
-    // A call that panics counts its layer out too.
-    let panicked = std::panic::catch_unwind(|| resending_above(|| panic!("inner call")));
-    assert!(panicked.is_err());
-    assert!(!resent_above());
-}

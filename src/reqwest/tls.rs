@@ -9,7 +9,6 @@ use arc_swap::ArcSwapOption;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
-use super::ResendingAbove;
 use crate::refusal::{Refused, Renewed};
 use crate::store::Certainty;
 use crate::sync::lock;
@@ -269,11 +268,11 @@ impl Middleware for TlsMiddleware {
     async fn handle(
         &self,
         req: Request,
-        extensions: &mut Extensions,
+        _extensions: &mut Extensions,
         _next: Next<'_>,
     ) -> Result<Response> {
-        // A retrying `BearerMiddleware` before this one sends a 401's request again itself.
-        let above = extensions.get::<ResendingAbove>().is_some();
+        // A request with a token: a 401 is the `BearerMiddleware`'s to send again.
+        let token = req.headers().contains_key(http::header::AUTHORIZATION);
         let generation = self.shared.generation();
         let client = generation.client()?;
         // The copy is made before the request goes: sending consumes it.
@@ -286,7 +285,7 @@ impl Middleware for TlsMiddleware {
         let Some(refusal) = Refusal::new(stores, blame, sent, Certainty::Certain) else {
             return Ok(outcome?);
         };
-        let outcome = match (above, outcome) {
+        let outcome = match (token, outcome) {
             // A 401 (the one answer `refused` takes for a refusal): the middleware before
             // this one sends it again, and the identity reloads first.
             (true, Ok(mut response)) => {

@@ -391,7 +391,7 @@ impl TokenSource for ExecSource {
             *crate::sync::lock(&self.handover) = Some(Handover {
                 fetched: expiring(pem(cert, key), credential.expires_at),
                 #[cfg(test)]
-                _live: tests::Live::new(),
+                _live: tests::Live::new(self.name()),
             });
         }
         if self.wants == Wants::Token && credential.token.is_some() && credential.has_certificate {

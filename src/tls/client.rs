@@ -18,6 +18,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::AUTHORIZATION;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
@@ -35,7 +36,7 @@ use super::refusal::{Failure, may_send_again};
 use super::stores::{Generations, Refusal, Stores};
 use super::{IdentityStore, RootStore};
 use crate::body::TryCloneBody;
-use crate::refusal::{AfterRefusal, Refused, Reload, Renewed, clone_request, resent_above};
+use crate::refusal::{AfterRefusal, Refused, Reload, Renewed, clone_request};
 use crate::store::Certainty;
 use crate::sync::lock;
 
@@ -51,9 +52,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// certificate alert, or a 401) reloads the identity at once, and one the bundle did not
 /// verify (an unknown issuer) reloads the bundle: one read per burst, as for tokens. A
 /// request whose body can be copied ([`TryCloneBody`]) is then sent once more, on a new
-/// connection, when the reload brought a newer credential. Under a
-/// [`BearerLayer`](crate::BearerLayer)'s `retry_unauthorized`, a 401 is the layer's to
-/// send again, with the new token and the new certificate together.
+/// connection, when the reload brought a newer credential. A 401 to a request that
+/// carries an `Authorization` header is not sent again here: it is the retry layer's
+/// ([`BearerLayer`](crate::BearerLayer)'s `retry_unauthorized`) to send again, with the
+/// new token and the new certificate together, whatever sits between (a `Buffer`). A
+/// request hyper-util never wrote (it lost its connection to another's HTTP/2 upgrade) is
+/// sent again as well.
 ///
 /// A new connection that closes before it answers anything may be a refusal too (over
 /// TLS 1.3 the server refuses a certificate after the client's handshake, and the alert
@@ -350,7 +354,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let above = resent_above();
+        let token = req.headers().contains_key(AUTHORIZATION);
         let replay = clone_request(&req);
         let fut = self.pool().request(req);
         // The generations of the pool's connections: what a refusal refused.
@@ -360,7 +364,7 @@ where
             shared: self.shared.clone(),
             sent,
             replay,
-            above,
+            token,
             refused: None,
         })
     }
@@ -451,6 +455,19 @@ fn refusal(outcome: &Outcome) -> Option<Classified> {
     })
 }
 
+/// Whether hyper-util says it never wrote the request: its `Canceled` (the request waited
+/// for another's HTTP/2 upgrade, or its connection closed before it took it), which it
+/// shows only in its message, or a connection it waited for in the pool that closed.
+fn never_written(error: &Error) -> bool {
+    use hyper_util::client::legacy::pool::Error as Pool;
+    use std::error::Error as _;
+    let closed = || {
+        let source = error.source().and_then(|e| e.downcast_ref::<Pool>());
+        source.is_some_and(|e| matches!(e, Pool::CheckedOutClosedValue))
+    };
+    error.to_string() == "client error (Canceled)" || (error.is_connect() && closed())
+}
+
 /// Whether `error` is a connection that closed after it was dialled and before hyper-util
 /// pooled it: no connect error, no connection info, and hyper's "channel closed".
 fn closed_before_pooled(error: &Error) -> bool {
@@ -473,8 +490,9 @@ pin_project! {
         shared: Arc<Shared<B>>,
         sent: Generations,
         replay: Option<Request<B>>,
-        // A retry layer above sends a 401's request again itself (`crate::refusal`).
-        above: bool,
+        // The request carries an `Authorization` header: a 401 is the retry layer's to send
+        // again (`crate::refusal`).
+        token: bool,
         refused: Option<Refusal>,
     }
 }
@@ -510,6 +528,14 @@ where
             match this.state.as_mut().project() {
                 StateProj::First { fut } => {
                     let outcome = ready!(fut.poll(cx));
+                    if outcome.as_ref().is_err_and(never_written) {
+                        let replay = &mut *this.replay;
+                        if let Some(req) = replay.take_if(|r| r.body().start_replay()) {
+                            let fut = this.shared.pool_now().client.request(req);
+                            this.state.set(State::Retrying { fut });
+                            continue;
+                        }
+                    }
                     let Some(refusal) = refusal(&outcome) else {
                         return Poll::Ready(outcome);
                     };
@@ -519,10 +545,10 @@ where
                     let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty) else {
                         return Poll::Ready(outcome);
                     };
-                    // A 401 (the one answer `refusal` takes for a refusal) under a retry
-                    // layer is the layer's to send again: the identity reloads first, and
-                    // the answer says whether it found a newer one.
-                    if *this.above && outcome.is_ok() {
+                    // A 401 (the one answer `refusal` takes for a refusal) to a request
+                    // with a token is the retry layer's to send again: the identity
+                    // reloads first, and the answer says whether it found a newer one.
+                    if *this.token && outcome.is_ok() {
                         let reload = refused.renew();
                         let answer = Some(Box::new(outcome));
                         this.state.set(State::Renewing { reload, answer });

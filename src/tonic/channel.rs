@@ -24,7 +24,7 @@ use tower_service::Service;
 
 use super::connection::{Connection, Dial, Spawn};
 use crate::body::{ReplayBody, TryCloneBody};
-use crate::refusal::{Refused, Renewed, clone_request, resent_above};
+use crate::refusal::{Refused, Renewed, clone_request};
 use crate::store::Certainty;
 use crate::sync::lock;
 use crate::tls::connect::{Serves, https_connector};
@@ -282,18 +282,18 @@ where
         }
         self.shared.address(&mut req);
         let req = req.map(ReplayBody::new);
+        // A call with a token: a 401 is the retry layer's to send again (`crate::refusal`).
+        let token = req.headers().contains_key(http::header::AUTHORIZATION);
         let replay = clone_request(&req);
         let first = match self.sender.as_mut() {
             Some(sender) => Ok(sender.try_send_request(req)),
             None => Err(req),
         };
-        // A retry layer above sends a 401's call again itself (`crate::refusal`).
-        let above = resent_above();
         Box::pin(respond(
             self.shared.clone(),
             self.connection.clone(),
             first,
-            (replay, above),
+            (replay, token),
         ))
     }
 }
@@ -365,7 +365,7 @@ where
     Box::pin(recover(shared, connection.generations, outcome, again)).await
 }
 
-/// What a call needs to go again: its copy, and whether a retry layer above sends a 401's
+/// What a call needs to go again: its copy, and whether the retry layer sends a 401's
 /// call again itself.
 type Again<B> = (Option<Request<ReplayBody<B>>>, bool);
 
@@ -375,7 +375,7 @@ async fn recover<B>(
     shared: Arc<Shared<B>>,
     sent: Generations,
     outcome: Result<Response<Incoming>, Failed<Request<ReplayBody<B>>>>,
-    (replay, above): Again<B>,
+    (replay, token): Again<B>,
 ) -> Result<Response<Incoming>, BoxError>
 where
     B: http_body::Body + Send + 'static,
@@ -414,8 +414,8 @@ where
     let Some(refusal) = Refusal::new(&shared.stores, refused, sent, Certainty::Certain) else {
         return answer.into_outcome();
     };
-    let answer = match (above, answer) {
-        // The retry layer above sends it again: the identity reloads first.
+    let answer = match (token, answer) {
+        // The retry layer sends it again: the identity reloads first.
         (true, Answer::Response(mut response)) => {
             if refusal.renew().await {
                 response.extensions_mut().insert(Renewed);

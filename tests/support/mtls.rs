@@ -115,6 +115,8 @@ struct Shared {
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// While true, new connections wait before their handshake.
     held: watch::Sender<bool>,
+    /// TCP connections accepted, held or not.
+    accepted: watch::Sender<u64>,
     /// Bumped to close every connection gracefully (an HTTP/2 `GOAWAY`, then the close
     /// once its streams are done), as a server that restarts does.
     shutdown: watch::Sender<u64>,
@@ -226,6 +228,7 @@ impl MtlsServer {
             tokens: Mutex::new(None),
             tasks: Mutex::default(),
             held: watch::Sender::new(false),
+            accepted: watch::Sender::new(0),
             shutdown: watch::Sender::new(0),
         });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -277,6 +280,20 @@ impl MtlsServer {
     /// server certificate) reach every client at once.
     pub fn hold_handshakes(&self) {
         self.shared.held.send_replace(true);
+    }
+
+    /// TCP connections accepted so far, held or not.
+    pub fn accepted(&self) -> u64 {
+        *self.shared.accepted.borrow()
+    }
+
+    /// Waits, with a deadline, until `n` TCP connections were accepted (held or not).
+    pub async fn wait_accepted(&self, n: u64, deadline: std::time::Duration) {
+        let mut rx = self.shared.accepted.subscribe();
+        let waited = tokio::time::timeout(deadline, rx.wait_for(|&seen| seen >= n))
+            .await
+            .is_ok_and(|seen| seen.is_ok());
+        assert!(waited, "{} of {n} connections accepted", *rx.borrow());
     }
 
     /// Lets the held connections and every later one through.
@@ -349,6 +366,7 @@ async fn accept(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, shar
         // As servers do: a gRPC answer is three writes (headers, data, trailers), which
         // Nagle's algorithm would hold for the client's delayed ACK.
         let _ = tcp.set_nodelay(true);
+        shared.accepted.send_modify(|n| *n += 1);
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
         let tasks = shared.clone();
         let task = tokio::spawn(async move {

@@ -48,28 +48,41 @@ impl ExecSource {
     }
 }
 
+/// Hand-overs alive, by the command of the plugin whose run made them: each test's plugin
+/// is in a directory of its own, so each test sees its own.
 #[cfg(feature = "tls")]
-thread_local! {
-    /// Hand-overs alive on this thread: a current-thread test sees its own.
-    static LIVE_HANDOVERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
+static LIVE_HANDOVERS: std::sync::Mutex<std::collections::BTreeMap<String, usize>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// Counts itself in [`LIVE_HANDOVERS`] while it lives, as part of a hand-over.
 #[cfg(feature = "tls")]
-pub(super) struct Live;
+pub(super) struct Live(String);
 
 #[cfg(feature = "tls")]
 impl Live {
-    pub(super) fn new() -> Self {
-        LIVE_HANDOVERS.with(|live| live.set(live.get() + 1));
-        Live
+    pub(super) fn new(command: String) -> Self {
+        *crate::sync::lock(&LIVE_HANDOVERS)
+            .entry(command.clone())
+            .or_default() += 1;
+        Live(command)
     }
+}
+
+/// The hand-overs alive that runs of `command` made.
+#[cfg(feature = "tls")]
+fn live_handovers(command: &std::path::Path) -> usize {
+    let live = crate::sync::lock(&LIVE_HANDOVERS);
+    live.get(&command.display().to_string())
+        .copied()
+        .unwrap_or(0)
 }
 
 #[cfg(feature = "tls")]
 impl Drop for Live {
     fn drop(&mut self) {
-        LIVE_HANDOVERS.with(|live| live.set(live.get() - 1));
+        *crate::sync::lock(&LIVE_HANDOVERS)
+            .get_mut(&self.0)
+            .expect("counted") -= 1;
     }
 }
 
@@ -681,17 +694,18 @@ async fn a_handed_over_key_leaves_every_clone_once_taken() {
     assert_eq!(fetched.bytes(), b"tok-1");
     // The clones share it until the identity's first fetch takes it, instead of a run.
     assert!(token.holds_handover() && identity.holds_handover());
+    assert_eq!(live_handovers(&dir.path().join("plugin")), 1);
     let handed = fetch(&identity).await.unwrap();
     assert_eq!(runs(dir.path()), 1);
     assert_eq!(handed.bytes(), format!("CERT\n{SECRET}").as_bytes());
     let expiry = "2099-01-02T03:04:05Z".parse::<jiff::Timestamp>().unwrap();
     assert_eq!(handed.expires_at(), Some(SystemTime::from(expiry)));
     assert!(!token.holds_handover() && !identity.holds_handover());
-    assert_eq!(LIVE_HANDOVERS.with(std::cell::Cell::get), 0);
+    assert_eq!(live_handovers(&dir.path().join("plugin")), 0);
     // Later token runs hand over nothing (a newer certificate is the identity's to run for).
     fetch(&token).await.unwrap();
     assert!(!token.holds_handover());
-    assert_eq!(LIVE_HANDOVERS.with(std::cell::Cell::get), 0);
+    assert_eq!(live_handovers(&dir.path().join("plugin")), 0);
 }
 
 #[cfg(all(feature = "kube", feature = "tls"))]
@@ -719,6 +733,6 @@ async fn a_key_no_identity_store_took_is_dropped_once_the_credentials_are_loaded
     let credentials = crate::kube::Credentials::load(&config).await.unwrap();
     let token = credentials.token_store().expect("a token store");
     assert_eq!(token.current().header_value(), "Bearer tok-1");
-    assert_eq!(LIVE_HANDOVERS.with(std::cell::Cell::get), 0);
+    assert_eq!(live_handovers(&dir.path().join("plugin")), 0);
     drop(credentials);
 }
