@@ -500,3 +500,27 @@ async fn the_client_has_kubes_trace_span_and_asks_for_gzip() {
         cfg!(feature = "gzip").then_some("gzip")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_of_a_scheme_kube_does_not_take_is_an_error_without_its_password() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("kubernetes");
+    let volume = ProjectedTokenDir::create(tmp.path().join("tls"), "unused").unwrap();
+    rotate_identity(&volume, &ca.client("jane", HOUR));
+    let ca_path = tmp.path().join("ca.crt");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let cluster = json!({
+        "server": "https://127.0.0.1:1",
+        "certificate-authority": ca_path,
+        "proxy-url": "socks4://jane:s3cret@127.0.0.1:1080",
+    });
+    let path = kubeconfig_with(tmp.path(), cluster, identity_files(&volume));
+    let Err(err) = client(config(&path, tmp.path()).await).await else {
+        panic!("a client through a socks4 proxy");
+    };
+    assert_eq!(
+        err.to_string(),
+        "proxy socks4://127.0.0.1:1080/: only http://, https://, socks5:// and socks5h:// \
+         proxies are supported"
+    );
+}

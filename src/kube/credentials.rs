@@ -386,7 +386,7 @@ impl Credentials {
     ///
     /// # Errors
     ///
-    /// [`Error::ProxyScheme`] for a `proxy_url` of a scheme kube does not take either;
+    /// [`Error::UnsupportedProxyScheme`] for a `proxy_url` of a scheme kube does not take either;
     /// [`Error::NoRoots`] for an identity without a bundle;
     /// [`Error::ServerName`] for a `tls_server_name` that is no name; [`Error::Kube`] when
     /// kube cannot build its client from the config.

@@ -123,7 +123,7 @@ fn proxy(config: &Config) -> Result<Matcher, Error> {
         Some("http" | "https" | "socks5" | "socks5h") => {
             Ok(Matcher::builder().all(url.to_string()).build())
         }
-        _ => Err(Error::ProxyScheme {
+        _ => Err(Error::UnsupportedProxyScheme {
             proxy: Redacted(url).to_string(),
         }),
     }

@@ -224,7 +224,7 @@ pub enum Error {
     #[error(
         "proxy {proxy}: only http://, https://, socks5:// and socks5h:// proxies are supported"
     )]
-    ProxyScheme {
+    UnsupportedProxyScheme {
         /// The proxy's URL, without its credentials.
         proxy: String,
     },
