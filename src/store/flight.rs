@@ -63,8 +63,8 @@ pub(super) struct Flight {
 /// The reads asked for, started and queued.
 #[derive(Default)]
 pub(super) struct Reads {
-    /// The number of the last read started; the load is read 0.
-    pub(super) started: u64,
+    /// The last read started.
+    pub(super) started: ReadId,
     /// The read running now, who asked for it (a failure is reported if any asked for
     /// that), and its task.
     pub(super) running: Option<(Ask, AbortHandle)>,
@@ -75,22 +75,30 @@ pub(super) struct Reads {
 /// The last read done, published to the callers waiting for it.
 #[derive(Clone, Default)]
 pub(crate) struct Done {
-    read: u64,
+    read: ReadId,
     /// `None` before the first reload (the load's result is not kept).
     result: Option<Result<Reloaded, LoadError>>,
 }
 
-/// The number of the read that answers a caller (running, queued or done): its result, or
-/// a later read's.
-pub(super) type Ticket = u64;
+/// A read's number, in the order reads start; the load is read 0. A caller waits for one
+/// read (running, queued or done): its result, or a later read's, answers it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct ReadId(u64);
+
+impl ReadId {
+    /// The read that starts after this one.
+    pub(super) fn next(self) -> Self {
+        Self(self.0 + 1)
+    }
+}
 
 impl Flight {
     /// The number of a read that answers a caller asking now with `recency`.
-    pub(super) fn wanted(&self, recency: Recency) -> u64 {
+    pub(super) fn wanted(&self, recency: Recency) -> ReadId {
         let reads = lock(&self.reads);
         match (recency, &reads.running) {
             (Recency::InFlight, Some(_)) => reads.started,
-            _ => reads.started + 1,
+            _ => reads.started.next(),
         }
     }
 
@@ -99,10 +107,10 @@ impl Flight {
     /// asked for it).
     pub(super) fn ask(
         &self,
-        wanted: u64,
+        wanted: ReadId,
         ask: Ask,
-        start: impl FnOnce(u64, Trigger) -> AbortHandle,
-    ) -> Ticket {
+        start: impl FnOnce(ReadId, Trigger) -> AbortHandle,
+    ) -> ReadId {
         let mut guard = lock(&self.reads);
         let flight = &mut *guard;
         if let Some((running, _)) = &mut flight.running {
@@ -113,21 +121,21 @@ impl Flight {
             }
             let queued = flight.queued.get_or_insert(ask);
             queued.report = queued.report.max(ask.report);
-            return flight.started + 1;
+            return flight.started.next();
         }
         let done = self.done.borrow();
         if done.read >= wanted && done.result.is_some() {
             return done.read;
         }
         drop(done);
-        flight.started += 1;
+        flight.started = flight.started.next();
         let n = flight.started;
         flight.running = Some((ask, start(n, ask.trigger)));
         n
     }
 
     /// Publishes read `n`'s result to the callers waiting for it.
-    pub(super) fn publish(&self, n: u64, result: Result<Reloaded, LoadError>) {
+    pub(super) fn publish(&self, n: ReadId, result: Result<Reloaded, LoadError>) {
         self.done.send_replace(Done {
             read: n,
             result: Some(result),
@@ -138,12 +146,12 @@ impl Flight {
 impl Reads {
     /// Ends the running read: the read queued meanwhile, now running (its number and
     /// trigger), if any.
-    pub(super) fn next(&mut self) -> Option<(u64, Trigger)> {
+    pub(super) fn next(&mut self) -> Option<(ReadId, Trigger)> {
         let Some(next) = self.queued.take() else {
             self.running = None;
             return None;
         };
-        self.started += 1;
+        self.started = self.started.next();
         if let Some((ask, _)) = &mut self.running {
             *ask = next;
         }
@@ -151,13 +159,13 @@ impl Reads {
     }
 }
 
-/// Waits until the read a ticket names (or a later one) is done; `None` when the store was
-/// dropped first.
+/// Waits until read `read` (or a later one) is done; `None` when the store was dropped
+/// first.
 pub(super) async fn wait(
     mut done: watch::Receiver<Done>,
-    ticket: Ticket,
+    read: ReadId,
 ) -> Option<Result<Reloaded, LoadError>> {
-    let done = done.wait_for(|d| d.read >= ticket).await.ok()?;
+    let done = done.wait_for(|d| d.read >= read).await.ok()?;
     done.result.clone()
 }
 

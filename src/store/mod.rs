@@ -67,6 +67,7 @@ mod error;
 mod flight;
 mod shared;
 mod status;
+mod word;
 
 pub(crate) use credential::{Credential, Kind, Stamp};
 #[cfg(test)]
@@ -77,8 +78,8 @@ pub(crate) use shared::{Config, Restart, Running};
 pub use status::{Status, WatchState};
 
 use credential::event;
-use flight::{Ask, Flight, Ticket, fetch, wait};
-use shared::{Shared, credential_of, word};
+use flight::{Ask, Flight, ReadId, fetch, wait};
+use shared::{LastRefusal, Shared, credential_of};
 use status::{Counters, ExpiryWarnings, Reloaded};
 
 /// The current token of one source, shared by every request: cheap to clone, lock-free to
@@ -184,7 +185,7 @@ impl<C: Credential> Store<C> {
         crate::metrics::describe();
         let shared = Shared {
             credential: ArcSwap::from_pointee(first),
-            word: AtomicU64::new(1),
+            word: word::Word::new(),
             generations: watch::Sender::new(1),
             last_error: Mutex::default(),
             source,
@@ -230,14 +231,14 @@ impl<C: Credential> Store<C> {
 
     /// The current credential's generation: 1 for the first, one more for each new one.
     pub(crate) fn generation(&self) -> u64 {
-        self.0.word() & word::GENERATION
+        self.0.word.generation()
     }
 
     /// Whether `cached` is still the current token and the store needs nothing of the
     /// request path. One atomic load.
     #[inline]
     pub(crate) fn is_current(&self, cached: &C) -> bool {
-        self.0.word() == cached.generation()
+        self.0.word.is(cached.generation())
     }
 
     /// The request path's slow path, when [`is_current`](Self::is_current) said no: the
@@ -255,7 +256,7 @@ impl<C: Credential> Store<C> {
     /// reads the current token at each send (the reqwest middleware), as the layer's slow
     /// path does, and for a kubeconfig's part, which reads the file's store.
     pub(crate) fn revive_if_stopped(&self) {
-        if self.0.word() & word::STOPPED != 0 {
+        if self.0.word.stopped() {
             self.0.revive();
         }
     }
@@ -310,7 +311,7 @@ impl<C: Credential> Store<C> {
     /// is installed, else the read that may bring one (started now, joined, or the one asked
     /// for by an earlier refusal of the same certainty to the same token within the rate
     /// limit). Only certain refusals count as unauthorized responses in the status.
-    fn refused(&self, sent: u64, certainty: Certainty) -> Option<Ticket> {
+    fn refused(&self, sent: u64, certainty: Certainty) -> Option<ReadId> {
         let (s, certain) = (&self.0, certainty == Certainty::Certain);
         if certain {
             Counters::bump(&s.counters.unauthorized_seen);
@@ -323,25 +324,31 @@ impl<C: Credential> Store<C> {
             return None;
         }
         let mut refusals = lock(&s.refusals);
-        let last = &mut refusals[certainty as usize];
-        let now = Instant::now();
+        let last = refusals.of(certainty);
+        let at = Instant::now();
         let wanted = match *last {
             // This generation was refused before, and a read was asked for then, within
             // the rate limit: that read started after the server had revoked the token,
             // so its answer (or a later read's) holds for this response too. A token
             // that is simply wrong costs one read per interval, however many requests.
-            Some((at, generation, read))
-                if generation >= sent
-                    && now.duration_since(at) < s.config.unauthorized_interval =>
+            Some(refused)
+                if refused.generation >= sent
+                    && at.duration_since(refused.at) < s.config.unauthorized_interval =>
             {
-                read
+                refused.read
             }
             // Else the first read to start after the response arrived.
             _ => {
                 if certain {
                     Counters::bump(&s.counters.unauthorized_reloads);
                 }
-                last.insert((now, sent, arrived + 1)).2
+                let (generation, read) = (sent, arrived.next());
+                last.insert(LastRefusal {
+                    at,
+                    generation,
+                    read,
+                })
+                .read
             }
         };
         drop(refusals);

@@ -26,11 +26,12 @@ use tokio::sync::watch;
 use tracing::field::display;
 
 use super::Stamp;
-use super::WeakStore;
 use super::credential::{Credential, event};
 use super::error::{Chain, LoadError};
-use super::flight::{Ask, Flight, OnFailure, Ticket, fetch};
+use super::flight::{Ask, Flight, OnFailure, ReadId, fetch};
 use super::status::{Counters, ExpiryWarnings, Reloaded, WatchState};
+use super::word::Word;
+use super::{Certainty, WeakStore};
 use crate::clock::{Clock, Rfc3339};
 use crate::source::{DynSource, Fetched, Trigger};
 use crate::sync::lock;
@@ -54,16 +55,33 @@ pub(crate) type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// changed while nothing watched, then run the same timer and watcher.
 pub(crate) type Restart<C> = Box<dyn Fn(WeakStore<C>) -> Running + Send + Sync>;
 
-/// The store's word: the current generation, and a flag that sends every request through
-/// the layer's slow path while it is set. A request's one atomic load compares the word
-/// with its cached token's generation: equal means "the cached token is current and
-/// nothing needs the layer's attention".
-pub(super) mod word {
-    /// The store's refresher stopped while the store lives (its runtime shut down): the
-    /// next request (or `reload`) from a live runtime starts it again.
-    pub(in crate::store) const STOPPED: u64 = 1 << 63;
-    /// The generation's bits.
-    pub(in crate::store) const GENERATION: u64 = STOPPED - 1;
+/// The last read asked for by a certain refusal and by a possible one: each is
+/// rate-limited on its own, so that a possible refusal (a connection that closed, which
+/// may have happened before the rotation was written) never spends the read that a
+/// certain one of the same generation needs.
+#[derive(Default)]
+pub(super) struct Refusals {
+    pub(super) certain: Option<LastRefusal>,
+    pub(super) possible: Option<LastRefusal>,
+}
+
+impl Refusals {
+    pub(super) fn of(&mut self, certainty: Certainty) -> &mut Option<LastRefusal> {
+        match certainty {
+            Certainty::Certain => &mut self.certain,
+            Certainty::Possible => &mut self.possible,
+        }
+    }
+}
+
+/// A refusal that asked for a read.
+#[derive(Clone, Copy)]
+pub(super) struct LastRefusal {
+    pub(super) at: std::time::Instant,
+    /// The generation refused.
+    pub(super) generation: u64,
+    /// The read it asked for.
+    pub(super) read: ReadId,
 }
 
 /// Why [`WatchState::Stopped`].
@@ -73,8 +91,8 @@ const STOPPED: &str = "the store's refresher stopped while the store lives (its 
 /// A store of `C`: what every handle of it shares.
 pub(crate) struct Shared<C: Credential> {
     pub(super) credential: ArcSwap<C>,
-    /// The generation of `credential` and the flags of [`word`], written after `credential`.
-    pub(super) word: AtomicU64,
+    /// The generation of `credential` and the flag, written after `credential`.
+    pub(super) word: Word,
     /// Announces each new generation.
     pub(super) generations: watch::Sender<u64>,
     /// The error of the last read, if it failed.
@@ -90,12 +108,8 @@ pub(crate) struct Shared<C: Credential> {
     pub(super) runtime: Mutex<tokio::runtime::Handle>,
     pub(super) flight: Flight,
     pub(super) counters: Counters,
-    /// The last read asked for by a refusal (when, for which generation, and the read's
-    /// number), by [`Certainty`](super::Certainty): each is rate-limited on its own, so
-    /// that a possible refusal (a connection that closed, which may have happened before
-    /// the rotation was written) never spends the read that a certain one of the same
-    /// generation needs.
-    pub(super) refusals: Mutex<[Option<(std::time::Instant, u64, u64)>; 2]>,
+    /// The last read asked for by each kind of refusal.
+    pub(super) refusals: Mutex<Refusals>,
     pub(super) watch_state: Mutex<WatchState>,
     pub(super) expiry: ExpiryWarnings,
     /// How to start the refresher again when it stops while the store lives; `None` for a
@@ -104,12 +118,6 @@ pub(crate) struct Shared<C: Credential> {
 }
 
 impl<C: Credential> Shared<C> {
-    /// The word: the generation and the flags. One atomic load.
-    #[inline]
-    pub(super) fn word(&self) -> u64 {
-        self.word.load(Ordering::Acquire)
-    }
-
     /// Warns (once per token) when the current token, just confirmed by a read of the
     /// source, has expired or is overdue for rotation: the rotator has stalled; and
     /// publishes the token's gauges.
@@ -185,7 +193,7 @@ impl<C: Credential> Shared<C> {
                 "token unchanged",
                 "unchanged"
             );
-            return false;
+            return Reloaded::Same;
         }
         let to = old.generation() + 1;
         let mut stamp = *token.stamp();
@@ -207,14 +215,9 @@ impl<C: Credential> Shared<C> {
         // rotation counted in `status()`.
         Counters::bump(&self.counters.rotations);
         self.credential.store(Arc::new(token));
-        // The flags stay.
-        let _ = self
-            .word
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some((w & !word::GENERATION) | to)
-            });
+        self.word.set_generation(to);
         self.generations.send_replace(to);
-        true
+        Reloaded::New
     }
 
     /// Counts, logs and keeps a failed read's error; the credential in use stays.
@@ -243,7 +246,7 @@ impl<C: Credential> Shared<C> {
         });
         let restarts = self.restart.is_some();
         if restarts {
-            self.word.fetch_or(word::STOPPED, Ordering::AcqRel);
+            self.word.stop();
         }
         tracing::warn!(
             source = %self.origin,
@@ -265,7 +268,7 @@ impl<C: Credential> Shared<C> {
         else {
             return;
         };
-        if self.word.fetch_and(!word::STOPPED, Ordering::AcqRel) & word::STOPPED == 0 {
+        if !self.word.restart() {
             return;
         }
         *lock(&self.runtime) = runtime.clone();
@@ -281,7 +284,7 @@ impl<C: Credential> Shared<C> {
     /// A read that starts runs in a task, with any read queued after it, on the caller's
     /// runtime, which is being driven right now; on the store's own (where it was built)
     /// when called from outside any runtime (the watcher's thread).
-    pub(super) fn ask(self: &Arc<Self>, wanted: u64, ask: Ask) -> Ticket {
+    pub(super) fn ask(self: &Arc<Self>, wanted: ReadId, ask: Ask) -> ReadId {
         self.flight.ask(wanted, ask, |n, trigger| {
             let runtime = tokio::runtime::Handle::try_current()
                 .unwrap_or_else(|_| lock(&self.runtime).clone());
@@ -294,17 +297,17 @@ impl<C: Credential> Shared<C> {
     /// publishes the result, and says which read to start next, if one was queued.
     fn finish(
         &self,
-        n: u64,
+        n: ReadId,
         trigger: Trigger,
         fetched: Result<Fetched, LoadError>,
-    ) -> Option<(u64, Trigger)> {
+    ) -> Option<(ReadId, Trigger)> {
         Counters::bump(&self.counters.reads);
         let result = fetched
             .and_then(|f| credential_of(f, &self.parser, &self.origin, &self.config, 0))
             .map(|token| self.install(token, trigger));
         let outcome = match result {
-            Ok(true) => "rotated",
-            Ok(false) => "unchanged",
+            Ok(Reloaded::New) => "rotated",
+            Ok(Reloaded::Same) => "unchanged",
             Err(_) => "failed",
         };
         crate::metrics::reload(&self.label, trigger.as_str(), outcome);
@@ -347,7 +350,7 @@ pub(super) fn credential_of<C: Credential>(
 }
 
 /// The read task: read `n`, then any read queued meanwhile, until none is.
-async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Trigger) {
+async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: ReadId, trigger: Trigger) {
     let Some((source, origin, config)) = store
         .upgrade()
         .map(|s| (s.source.clone(), s.origin.clone(), s.config.clone()))
@@ -356,7 +359,7 @@ async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Tr
     };
     let mut task = Unfinished {
         store,
-        read,
+        read: Some(read),
         trigger,
     };
     loop {
@@ -364,11 +367,12 @@ async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Tr
         let Some(shared) = task.store.upgrade() else {
             return;
         };
-        let Some(next) = shared.finish(task.read, task.trigger, fetched) else {
-            task.read = 0;
+        let read = task.read.expect("a read in flight");
+        let Some((next, trigger)) = shared.finish(read, task.trigger, fetched) else {
+            task.read = None;
             return;
         };
-        (task.read, task.trigger) = next;
+        (task.read, task.trigger) = (Some(next), trigger);
     }
 }
 
@@ -377,14 +381,14 @@ async fn read_loop<C: Credential>(store: Weak<Shared<C>>, read: u64, trigger: Tr
 /// starts a new read.
 struct Unfinished<C: Credential> {
     store: Weak<Shared<C>>,
-    /// The read in flight; 0 once the task ended normally.
-    read: u64,
+    /// The read in flight; `None` once the task ended normally.
+    read: Option<ReadId>,
     trigger: Trigger,
 }
 
 impl<C: Credential> Drop for Unfinished<C> {
     fn drop(&mut self) {
-        let Some(shared) = self.store.upgrade().filter(|_| self.read != 0) else {
+        let Some(shared) = self.store.upgrade().filter(|_| self.read.is_some()) else {
             return;
         };
         let error = LoadError::Fetch {

@@ -118,9 +118,14 @@ pub struct Status {
     pub skipped_certificates: u64,
 }
 
-/// What a successful read did: `true` when it installed a new token, `false` when the
-/// source holds the same token as before (the generation is unchanged).
-pub(crate) type Reloaded = bool;
+/// What a successful read did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reloaded {
+    /// It installed a new credential, of the next generation.
+    New,
+    /// The source holds the same credential as before.
+    Same,
+}
 
 /// What a store counts, for its status.
 #[derive(Default)]

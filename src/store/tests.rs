@@ -373,7 +373,7 @@ async fn reads_asked_for_during_a_read_queue_one_more_read() {
         .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
     // The queued read, started after every later trigger, answers them with "two".
     for r in later {
-        assert!(r.await.unwrap().unwrap().unwrap(), "rotated");
+        assert_eq!(r.await.unwrap().unwrap().unwrap(), Reloaded::New, "rotated");
     }
     assert_eq!(
         src.calls.load(Ordering::SeqCst),
