@@ -436,7 +436,7 @@ async fn certificate_rotation_under_load_through(proxy_url: &str, tunnels: impl 
     let authority = server.url("").trim_start_matches("https://").to_owned();
     assert_eq!(
         tunnels(&authority) as u64,
-        server.connections(),
+        server.accepted(),
         "every connection through the proxy"
     );
     println!(

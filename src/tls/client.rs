@@ -1,14 +1,6 @@
-//! [`HttpsClient`]: a hyper-util client over rustls that presents the current identity,
-//! trusts the current CA bundle, and retires its connections when either rotates.
-//!
-//! hyper-util's pool cannot be told to drop a connection after the fact: `Connected` is not
-//! publicly `Clone`, and `Connected::poison` acts on the one the connector hands over. So
-//! the client retires the pool itself: each generation of the identity and the bundle gets
-//! its own hyper-util client (pool), built on the same connector. A request takes the pool
-//! of the generations current when it starts (two atomic loads); requests already in
-//! flight finish on the old pool's connections, which close when the last of them is
-//! done. A connection whose handshake straddles a rotation is poisoned as the connector
-//! hands it over: it serves the request that dialled it and is not reused.
+//! [`HttpsClient`]. hyper-util cannot drop a pooled connection, so each generation of
+//! the credentials gets a pool of its own, and the old one closes with its last request;
+//! a connection whose handshake straddles a rotation is poisoned as it is handed over.
 
 use std::fmt;
 use std::future::Future;
@@ -42,43 +34,17 @@ use crate::sync::lock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A hyper-util HTTPS client (rustls with ring) that presents an
-/// [`IdentityStore`]'s current client certificate, trusts a [`RootStore`]'s current CA
-/// bundle, and never sends a request that starts after either rotates on a connection
-/// made before: requests already in flight finish, later ones go out on new connections
-/// (see the [module docs](super#connections-retired-on-rotation)).
+/// A hyper-util HTTPS client that presents an [`IdentityStore`]'s current client
+/// certificate, trusts a [`RootStore`]'s current CA bundle, and never sends a request that
+/// starts after either rotates on a connection made before
+/// ([module docs](super#connections-retired-on-rotation)).
 ///
-/// A request refused because of the identity (a handshake the server refused with a
-/// certificate alert, or a 401) reloads the identity at once, and one the bundle did not
-/// verify (an unknown issuer) reloads the bundle: one read per burst, as for tokens. A
-/// request whose body can be copied ([`TryCloneBody`]) is then sent once more, on a new
-/// connection, when the reload brought a newer credential. A 401 to a request that
-/// carries an `Authorization` header is not sent again here: it is the retry layer's
-/// ([`BearerLayer`](crate::BearerLayer)'s `retry_unauthorized`) to send again, with the
-/// new token and the new certificate together, whatever sits between (a `Buffer`). A
-/// request hyper-util never wrote (it lost its connection to another's HTTP/2 upgrade) is
-/// sent again as well.
+/// A refusal reloads the credential it points at: the identity on a certificate alert, a
+/// 401, or a new connection closed unanswered; the bundle on an unknown issuer. The request
+/// then goes again as [the crate's rule](crate#when-a-request-is-sent-again) says.
 ///
-/// A new connection that closes before it answers anything may be a refusal too (over
-/// TLS 1.3 the server refuses a certificate after the client's handshake, and the alert
-/// can be lost), and it reloads the identity as well, rate-limited apart from the
-/// certain refusals above. But a server that crashed after acting on the request closes
-/// the same way, so such a request is sent again only when that cannot matter: it was
-/// never written, or its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
-/// A POST or PATCH comes back as the error, once, and the next request gets the reloaded
-/// identity. The rule is the crate's, for every request it resends: see
-/// [the crate docs](crate#when-a-request-is-sent-again).
-///
-/// Requests go over TLS alone: an `http://` one is refused before anything is dialled,
-/// with hyper-util's connect error whose source is an `io::Error` of kind `InvalidInput`
-/// naming the URI.
-///
-/// A tower `Service` for request bodies of type `B`, cheap to clone; put a
-/// [`BearerLayer`](crate::BearerLayer) in front of it for a token as well. By default it
-/// presents no client certificate, keeps hyper-util's default pool (idle connections kept
-/// 90 s, HTTP/1.1 and HTTP/2 by ALPN), goes through the proxy `HTTPS_PROXY` names (less
-/// `NO_PROXY`), as reqwest does, and gives making a connection 30 s, with no read or write
-/// timeout; each setter returns the client with fresh pools.
+/// A tower `Service`, cheap to clone, for `https://` requests alone (others fail with an
+/// `io::Error` of kind `InvalidInput`). Each setter returns the client with fresh pools.
 ///
 /// # Examples
 ///
@@ -134,7 +100,6 @@ struct Shared<B> {
     current: Mutex<Arc<Pool<B>>>,
 }
 
-/// One generation's hyper-util client.
 struct Pool<B> {
     generations: Generations,
     client: Client<Connector, B>,
@@ -143,7 +108,6 @@ struct Pool<B> {
 /// The connector under each pool: kube's timeouts over the tagging TLS connector.
 type Connector = TimeoutConnector<Tagging>;
 
-/// What a client is built from, besides its stores.
 #[derive(Clone)]
 struct Settings {
     server_name: Option<ServerName<'static>>,
@@ -200,12 +164,9 @@ where
         self.with(|_, settings| settings.server_name = Some(name))
     }
 
-    /// The proxies requests go through, as hyper-util's [`Matcher`] picks one for each
-    /// request's URI: by default [`Matcher::from_env`] (`HTTPS_PROXY`, `ALL_PROXY` and
-    /// `NO_PROXY`, as reqwest and curl read them); `Matcher::builder().build()` for none.
-    /// `http://` and `https://` proxies are tunnelled through with `CONNECT` (the
-    /// password of a `user:password@` URL as basic authorization), `socks5://` and
-    /// `socks5h://` ones with SOCKS5; TLS to the server goes through the tunnel.
+    /// The proxy for each URI, as hyper-util's [`Matcher`] picks it: by default
+    /// [`Matcher::from_env`] (`HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`); none with
+    /// `Matcher::builder().build()`. Tunnels by `CONNECT`, or SOCKS5 for `socks5(h)://`.
     ///
     /// # Examples
     ///
@@ -229,8 +190,7 @@ where
         self.with(|_, settings| settings.timeouts.connect = timeout)
     }
 
-    /// How long a read from a connection may wait (none by default): a server that takes
-    /// a request and never answers fails it with an error of kind `TimedOut`.
+    /// How long a read from a connection may wait (none by default), else `TimedOut`.
     pub fn read_timeout(self, timeout: Option<Duration>) -> Self {
         self.with(|_, settings| settings.timeouts.read = timeout)
     }
@@ -245,15 +205,13 @@ where
         self.with(|_, settings| settings.timeouts = timeouts)
     }
 
-    /// hyper-util's settings for each pool (idle timeout, HTTP/2 only, ...), instead of
-    /// its defaults. The pool's timer is tokio's, whatever `builder` holds: the client
-    /// runs on tokio, and without a timer idle connections are never closed on time.
+    /// hyper-util's settings for each pool, instead of its defaults. The pool's timer is
+    /// always tokio's: without one, idle connections are never closed on time.
     pub fn hyper(self, mut builder: Builder) -> Self {
         builder.pool_timer(TokioTimer::new());
         self.with(|_, settings| settings.builder = builder)
     }
 
-    /// The same client changed by `change`, on new pools.
     fn with(self, change: impl FnOnce(&mut Stores, &mut Settings)) -> Self {
         let (mut stores, mut settings) = (self.shared.stores.clone(), self.shared.settings.clone());
         change(&mut stores, &mut settings);
@@ -295,8 +253,7 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// The pool of `generations`, or of newer ones: a new pool when they are newer than
-    /// the current one's.
+    /// The pool of `generations`, made anew when they are newer than the current one's.
     #[cold]
     fn pool_for(&self, generations: Generations) -> Arc<Pool<B>> {
         let mut current = lock(&self.current);
@@ -316,9 +273,28 @@ where
         current.clone()
     }
 
-    /// The pool of the credentials current now.
     fn pool_now(&self) -> Arc<Pool<B>> {
         self.pool_for(self.stores.generations())
+    }
+    /// `replay` sent on the current pool, once (`unwritten`), when `outcome` says
+    /// hyper-util never wrote the request: it never reached the server. A copy is kept for
+    /// what may follow.
+    fn unwritten(
+        &self,
+        replay: &mut Option<Request<B>>,
+        unwritten: &mut bool,
+        outcome: &Outcome,
+    ) -> Option<hyper_util::client::legacy::ResponseFuture>
+    where
+        B: TryCloneBody,
+    {
+        if *unwritten || !outcome.as_ref().is_err_and(never_written) {
+            return None;
+        }
+        let req = replay.take_if(|r| r.body().start_replay())?;
+        *unwritten = true;
+        *replay = clone_request(&req);
+        Some(self.pool_now().client.request(req))
     }
 }
 
@@ -328,7 +304,6 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// The pool of the credentials current now.
     fn pool(&mut self) -> &Client<Connector, B> {
         let now = self.shared.stores.generations();
         if now != self.pool.generations {
@@ -365,6 +340,7 @@ where
             sent,
             replay,
             token,
+            unwritten: false,
             refused: None,
         })
     }
@@ -387,12 +363,9 @@ type Outcome = Result<Response<Incoming>, Error>;
 /// A failure that may be a refusal of one of the client's credentials.
 #[derive(Debug, Clone, Copy)]
 struct Classified {
-    /// Whose credential.
     blame: Blame,
-    /// What it proves about the request (see [`crate::refusal`]).
     failure: Failure,
-    /// The generations of the connection it came on, when known (an HTTP/1.1 response
-    /// carries none: its pool's stand in).
+    /// The generations of its connection, when known (else its pool's stand in).
     dialled: Option<Generations>,
 }
 
@@ -438,13 +411,9 @@ fn refusal(outcome: &Outcome) -> Option<Classified> {
     let (blame, failure) = match (blame(error), verdict) {
         (Some(blame), _) => (blame, Failure::Refused),
         (None, Some(Verdict::Refused)) => (Blame::Identity, Failure::Refused),
-        // Ended before the server answered: over TLS 1.3 the server's refusal of the
-        // certificate can end a connection after our handshake, before the alert is read;
-        // so can a server that crashed after acting on the request.
+        // Ended unanswered: a TLS 1.3 refusal whose alert was not read, or a crash.
         (None, Some(Verdict::Unanswered)) => (Blame::Identity, Failure::Uncertain),
-        // Closed during hyper's own handshake on a new connection, which never reached the
-        // pool (so the error tells nothing of it): the request was never written, and a
-        // refusal may have ended the connection there.
+        // Closed during hyper's handshake on a new connection: never written.
         (None, None) if closed_before_pooled(error) => (Blame::Identity, Failure::NotWritten),
         (None, _) => return None,
     };
@@ -455,9 +424,8 @@ fn refusal(outcome: &Outcome) -> Option<Classified> {
     })
 }
 
-/// Whether hyper-util says it never wrote the request: its `Canceled` (the request waited
-/// for another's HTTP/2 upgrade, or its connection closed before it took it), which it
-/// shows only in its message, or a connection it waited for in the pool that closed.
+/// Whether hyper-util never wrote the request: its `Canceled` (shown only in its message),
+/// or a connection it waited for in the pool that closed.
 fn never_written(error: &Error) -> bool {
     use hyper_util::client::legacy::pool::Error as Pool;
     use std::error::Error as _;
@@ -468,8 +436,7 @@ fn never_written(error: &Error) -> bool {
     error.to_string() == "client error (Canceled)" || (error.is_connect() && closed())
 }
 
-/// Whether `error` is a connection that closed after it was dialled and before hyper-util
-/// pooled it: no connect error, no connection info, and hyper's "channel closed".
+/// Whether `error` is a connection closed after its dial, before hyper-util pooled it.
 fn closed_before_pooled(error: &Error) -> bool {
     use std::error::Error as _;
     !error.is_connect()
@@ -481,18 +448,16 @@ fn closed_before_pooled(error: &Error) -> bool {
 }
 
 pin_project! {
-    /// The response future of [`HttpsClient`]: hyper-util's, and after a refusal the
-    /// reload of the credential refused and, for a request that can be, its second
-    /// sending.
     struct ResponseFuture<B> {
         #[pin]
         state: State,
         shared: Arc<Shared<B>>,
         sent: Generations,
         replay: Option<Request<B>>,
-        // The request carries an `Authorization` header: a 401 is the retry layer's to send
-        // again (`crate::refusal`).
+        // With an `Authorization` header, a 401 is the retry layer's to send again.
         token: bool,
+        // Sent again already because hyper-util never wrote it.
+        unwritten: bool,
         refused: Option<Refusal>,
     }
 }
@@ -501,12 +466,9 @@ pin_project! {
     #[project = StateProj]
     enum State {
         First { #[pin] fut: hyper_util::client::legacy::ResponseFuture },
-        // A 401 for the retry layer above: the identity reloads before it goes up. The
-        // answer boxed, as the refusal's steps below, so that no request's future carries
-        // its room.
+        // A 401 for the retry layer above, once the identity has reloaded.
         Renewing { reload: Reload, answer: Option<Box<Outcome>> },
-        // Boxed: the refusal's steps are larger than the rest of the future together,
-        // and every request's future would carry their room.
+        // Boxed, as the answer above: the refusal's steps would enlarge every request.
         Refused {
             after: Pin<Box<AfterRefusal<Outcome, Either<Incoming, Empty<Bytes>>>>>,
         },
@@ -528,13 +490,10 @@ where
             match this.state.as_mut().project() {
                 StateProj::First { fut } => {
                     let outcome = ready!(fut.poll(cx));
-                    if outcome.as_ref().is_err_and(never_written) {
-                        let replay = &mut *this.replay;
-                        if let Some(req) = replay.take_if(|r| r.body().start_replay()) {
-                            let fut = this.shared.pool_now().client.request(req);
-                            this.state.set(State::Retrying { fut });
-                            continue;
-                        }
+                    if let Some(fut) = this.shared.unwritten(this.replay, this.unwritten, &outcome)
+                    {
+                        this.state.set(State::First { fut });
+                        continue;
                     }
                     let Some(refusal) = refusal(&outcome) else {
                         return Poll::Ready(outcome);
@@ -545,9 +504,7 @@ where
                     let Some(refused) = Refusal::new(stores, refusal.blame, sent, certainty) else {
                         return Poll::Ready(outcome);
                     };
-                    // A 401 (the one answer `refusal` takes for a refusal) to a request
-                    // with a token is the retry layer's to send again: the identity
-                    // reloads first, and the answer says whether it found a newer one.
+                    // A 401 with a token: the identity reloads, the retry layer resends.
                     if *this.token && outcome.is_ok() {
                         let reload = refused.renew();
                         let answer = Some(Box::new(outcome));
@@ -582,16 +539,21 @@ where
                         return Poll::Ready(answer);
                     }
                     let req = this.replay.take().expect("a refusal is retried once");
+                    // Kept, for a retry that is never written.
+                    *this.replay = clone_request(&req);
                     if let Some(refused) = this.refused.as_ref() {
                         refused.resending();
                     }
-                    // The pool of the credentials current now: a connection made with
-                    // the new one.
                     let fut = this.shared.pool_now().client.request(req);
                     this.state.set(State::Retrying { fut });
                 }
                 StateProj::Retrying { fut } => {
                     let outcome = ready!(fut.poll(cx));
+                    if let Some(fut) = this.shared.unwritten(this.replay, this.unwritten, &outcome)
+                    {
+                        this.state.set(State::Retrying { fut });
+                        continue;
+                    }
                     if let Some(refused) = this.refused.as_ref() {
                         refused.resent(refusal(&outcome).is_some());
                     }

@@ -1,11 +1,6 @@
-//! The connector under an [`HttpsClient`](super::HttpsClient)'s pools and a
-//! `TlsChannel`'s connections: TCP, through a proxy where one is set, then TLS with the
-//! stores' current credentials. An
-//! `HttpsClient`'s connections are tagged with the credentials' generations they were
-//! dialled under, and one whose handshake ended after they changed is poisoned as it is
-//! handed over, so that hyper-util's pool does not reuse it. Each also tells its requests'
-//! errors what it was made with, and whether the server refused it or it ended before the
-//! server answered: a request on it may fail with no more than "channel closed".
+//! The connector of [`HttpsClient`](super::HttpsClient) and `TlsChannel`, and [`Tagging`],
+//! which marks each connection with what it was made with and whether the server refused
+//! it or it ended unanswered: errors on it may say only "channel closed".
 
 use std::error::Error;
 use std::future::Future;
@@ -35,7 +30,6 @@ use super::stores::{Generations, Stores};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A TLS connection, as [`HttpsConnector`] makes them.
 pub(crate) type TlsIo = TlsStream<Wire>;
 
 /// What a connector's connections carry.
@@ -51,9 +45,8 @@ pub(crate) enum Serves {
     Http2,
 }
 
-/// The connector of a client with `stores`: TCP (with `TCP_NODELAY`), through the proxy
-/// `proxy` picks for each URI, then TLS with the stores' current credentials, the server
-/// verified as `server_name` (else each URI's host) says.
+/// The connector of a client with `stores`, through the proxy `proxy` picks for each URI,
+/// the server verified as `server_name` (else each URI's host).
 pub(crate) fn https_connector(
     stores: &Stores,
     server_name: Option<ServerName<'static>>,
@@ -76,10 +69,8 @@ pub(crate) fn https_connector(
     }
 }
 
-/// Dials TCP, or a tunnel through a proxy, then TLS with the stores' current credentials
-/// (their config reads them at each handshake). Refuses a URI that is not `https` before
-/// anything is dialled, with an error that names it: the request would carry the token
-/// the layer above put on it, and the client's certificate stands for TLS.
+/// Dials TCP (or a proxy tunnel), then TLS with the stores' current credentials. A URI that
+/// is not `https` is refused before anything is dialled: its request carries credentials.
 #[derive(Clone)]
 pub(crate) struct HttpsConnector {
     http: HttpConnector,
@@ -89,7 +80,6 @@ pub(crate) struct HttpsConnector {
 }
 
 impl HttpsConnector {
-    /// A TLS connection to `uri`'s host.
     pub(crate) fn dial(&self, uri: Uri) -> impl Future<Output = Result<TlsIo, BoxError>> + use<> {
         let name = self.server_name(&uri);
         let (this, tls) = (self.clone(), self.tls.clone());
@@ -100,8 +90,7 @@ impl HttpsConnector {
         }
     }
 
-    /// The connection TLS to `uri` goes over: TCP to its host, or a tunnel through the
-    /// proxy the matcher picks for it (hyper-util's, as kube and reqwest use them).
+    /// What TLS to `uri` goes over: TCP to its host, or a tunnel through its proxy.
     async fn wire(mut self, uri: Uri) -> Result<Wire, BoxError> {
         let Some(proxy) = self.proxy.intercept(&uri) else {
             return Ok(Wire::Tcp(self.http.call(uri).await?.into_inner()));
@@ -150,8 +139,7 @@ impl HttpsConnector {
     }
 }
 
-/// `uri`'s host as a server name (an IPv6 literal's brackets are the URI's, not the
-/// address's).
+/// `uri`'s host as a server name, without an IPv6 literal's brackets.
 fn host_name(uri: &Uri) -> Option<ServerName<'static>> {
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
     ServerName::try_from(host.to_owned()).ok()
@@ -165,6 +153,12 @@ pub(crate) enum ProxyError {
         "proxy {proxy}: only http://, https://, socks5:// and socks5h:// proxies are supported"
     )]
     Scheme {
+        /// The proxy, without its credentials.
+        proxy: String,
+    },
+    /// An `https://` proxy whose host is no name its certificate can be verified for.
+    #[error("proxy {proxy} names no host")]
+    NoHost {
         /// The proxy, without its credentials.
         proxy: String,
     },
@@ -189,7 +183,7 @@ impl Service<Uri> for ProxyTls {
         Box::pin(async move {
             let name = host_name(&proxy).ok_or_else(|| {
                 let proxy = Redacted(&proxy).to_string();
-                ProxyError::Scheme { proxy }
+                ProxyError::NoHost { proxy }
             })?;
             let tcp = http.call(proxy).await?.into_inner();
             Ok(TokioIo::new(tls.connect(name, tcp).await?))
@@ -197,8 +191,7 @@ impl Service<Uri> for ProxyTls {
     }
 }
 
-/// What TLS goes over: TCP to the server or an HTTP or SOCKS proxy, or TLS to an
-/// `https://` proxy.
+/// What TLS goes over: TCP (to the server or a proxy), or TLS to an `https://` proxy.
 pub(crate) enum Wire {
     Tcp(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
@@ -292,7 +285,6 @@ impl Service<Uri> for Tagging {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        // As hyper-util's `HttpConnector` always is.
         Poll::Ready(Ok(()))
     }
 
@@ -319,13 +311,10 @@ impl Service<Uri> for Tagging {
     }
 }
 
-/// What a connection tells about itself: in the errors its reads and writes fail with
-/// before the server answered ([`Unanswered`]), and for HTTP/2, whose requests' errors keep
-/// no cause, in hyper-util's `Connected::extra` (so in its requests' errors, and in their
-/// responses' extensions).
+/// What a connection tells its requests' errors: through [`Unanswered`], and for HTTP/2
+/// (whose errors keep no cause) through hyper-util's `Connected::extra`.
 #[derive(Debug, Clone)]
 pub(crate) struct Dialled {
-    /// The generations it was made under.
     pub(crate) generations: Generations,
     state: Arc<AtomicU8>,
 }
@@ -340,17 +329,13 @@ const REFUSED: u8 = 2;
 pub(crate) enum Verdict {
     /// The server refused the client certificate: an alert was read.
     Refused,
-    /// It failed before the server answered: over TLS 1.3 the refusal comes after
-    /// the client's handshake, and a request can fail writing to the closed connection
-    /// before it reads the alert; a server that crashed looks the same.
+    /// Ended before the server answered: a TLS 1.3 refusal, its alert unread, or a crash.
     Unanswered,
-    /// The server answered: it took the certificate, and whatever ended the
-    /// connection was not a refusal of it.
+    /// The server answered: whatever ended the connection was not a refusal.
     Answered,
 }
 
 impl Dialled {
-    /// What this connection's history says of a failure on it.
     pub(crate) fn verdict(&self) -> Verdict {
         let state = self.state.load(Ordering::Acquire);
         if state & REFUSED != 0 {
@@ -369,14 +354,12 @@ impl Dialled {
         }
     }
 
-    /// Whether the server has answered over this connection.
     fn has_answered(&self) -> bool {
         self.state.load(Ordering::Acquire) & ANSWERED != 0
     }
 
-    /// The error a read or write that failed with `error` gives hyper: a certificate
-    /// alert as it is, marking the connection refused; any other before the server answered
-    /// as [`Unanswered`].
+    /// The error a failed read or write gives hyper: a certificate alert as it is, marking
+    /// the connection refused; any other before the server answered as [`Unanswered`].
     fn failed(&self, error: io::Error) -> io::Error {
         if blame(&error) == Some(Blame::Identity) {
             self.state.fetch_or(REFUSED, Ordering::Release);
@@ -388,8 +371,7 @@ impl Dialled {
         }
     }
 
-    /// What a read that found the end of the stream gives hyper: the end, or
-    /// [`Unanswered`] before the server answered.
+    /// What a read at the end of the stream gives hyper: [`Unanswered`] before an answer.
     fn ended(&self) -> io::Result<()> {
         if self.has_answered() {
             Ok(())
@@ -413,13 +395,10 @@ impl Dialled {
     }
 }
 
-/// A connection ended before the server answered over it: the error its reads and
-/// writes then fail with, for HTTP/1.1, whose requests' errors hold it. The server may
-/// have refused the client certificate without an alert read, or crashed.
+/// A connection ended before the server answered: HTTP/1.1's request errors hold it.
 #[derive(Debug, thiserror::Error)]
 #[error("the connection ended before the server answered")]
 pub(crate) struct Unanswered {
-    /// The generations the connection was made under.
     pub(crate) generations: Generations,
     /// What ended it; none for the end of the stream.
     #[source]
@@ -462,8 +441,7 @@ pin_project! {
 enum Answers {
     /// HTTP/1.1: the first bytes the server sends, a response's.
     Bytes,
-    /// HTTP/2: the first response, which its client sees (the server's settings come
-    /// first, before any answer).
+    /// HTTP/2: the first response (the server's settings come first, before any answer).
     Responses,
 }
 
@@ -471,13 +449,11 @@ impl Connection for Tagged<TlsIo> {
     fn connected(&self) -> Connected {
         let mut connected = self.io.get_ref().0.connected();
         if self.answers == Answers::Responses {
-            // HTTP/2's requests learn only that the channel closed: they read what the
-            // connection was from here.
+            // HTTP/2's requests learn only that the channel closed: tell them from here.
             connected = connected.negotiated_h2().extra(self.dialled.clone());
         }
         if self.tagging.shared.1.generations() != self.dialled.generations {
-            // Made with credentials that rotated during its handshake: for the request
-            // that dialled it only.
+            // Made with credentials that rotated during its handshake: not to be reused.
             connected.poison();
         }
         connected
