@@ -434,8 +434,11 @@ async fn certificate_rotation_under_load_through(proxy_url: &str, tunnels: impl 
         failed.len()
     );
     let authority = server.url("").trim_start_matches("https://").to_owned();
+    // The server takes the last tunnels' connections a moment after the proxy opens them.
+    let tunnels = tunnels(&authority) as u64;
+    server.wait_accepted(tunnels, support::DEADLINE).await;
     assert_eq!(
-        tunnels(&authority) as u64,
+        tunnels,
         server.accepted(),
         "every connection through the proxy"
     );
