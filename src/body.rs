@@ -1,17 +1,14 @@
 //! Request bodies that can be sent a second time: [`TryCloneBody`] and [`ReplayBody`].
 //!
 //! A 401 retry sends the same request again, body included. Bodies that clone cheaply
-//! (`Full<Bytes>`, `kube::client::Body`) implement [`TryCloneBody`]; any other body (a
-//! stream, a body type of another crate) is wrapped in a [`ReplayBody`], which keeps a copy
-//! of what it streams, up to a limit, as the first attempt sends it (modelled on
-//! linkerd2-proxy's `ReplayBody`).
+//! implement [`TryCloneBody`]; any other body is wrapped in a [`ReplayBody`], which keeps a
+//! copy of what it streams as the first attempt sends it.
 //!
 //! # A client that takes only its own body type
 //!
 //! Some clients take only a body type that cannot be copied, tonic's `Channel` above all
 //! (`tonic::body::Body`). Wrap each request body in a `ReplayBody` above the layer, and
-//! turn it back into the client's type below it, with tower-http's `MapRequestBodyLayer`
-//! (or `tower::ServiceBuilder::map_request`):
+//! turn it back into the client's type below it, with tower-http's `MapRequestBodyLayer`:
 //!
 //! ```text
 //! Request<B> ─▶ map to ReplayBody<B> ─▶ BearerService (copies, retries) ─▶ map to the client's body ─▶ client
@@ -41,12 +38,6 @@
 //! client.check(HealthCheckRequest { service: String::new() }).await?;
 //! # Ok(()) }
 //! ```
-//!
-//! Each request's body is then a `ReplayBody` (a shared buffer and a lock, one allocation
-//! each per request) that keeps up to 64 KiB of it as it is sent
-//! ([`ReplayBody::with_limit`] for another limit). A request whose body outgrows the limit
-//! is not sent again: it gets its 401 back, and the token is reloaded for the requests that
-//! follow.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -62,19 +53,15 @@ use crate::sync::lock;
 /// A request body that can be copied for a second attempt: the bound of
 /// [`BearerLayer::retry_unauthorized`](crate::BearerLayer::retry_unauthorized)'s service.
 ///
-/// Implemented for bodies that clone cheaply and for [`ReplayBody`]; wrap any other body
-/// in a `ReplayBody`. A body type that is not replayable at all can implement it by
-/// returning `None`: its requests get the reload on 401 but are not sent again. The copy is
-/// made for every request before it is sent: `Bytes`, `Full<Bytes>` and
+/// The copy is made for every request before it is sent: `Bytes`, `Full<Bytes>` and
 /// `kube::client::Body` share their buffer, while `String` and `Vec<u8>` are copied whole.
 pub trait TryCloneBody: Sized {
-    /// A copy of the body as it was before anything was read from it, or `None`.
+    /// A copy of the body as it was before anything was read from it, or `None`: the
+    /// request gets the reload on a 401 but is not sent again.
     fn try_clone_body(&self) -> Option<Self>;
 
-    /// Called on a copy made by `try_clone_body` right before it is sent: whether it can
-    /// be. [`ReplayBody`] says no once its body outgrew the limit or failed; otherwise the
-    /// copy takes the body over, and the first attempt's body reads no further (hyper may
-    /// still be sending it after the response arrived), so the record stays complete.
+    /// Whether a copy can be sent, asked right before it is. A [`ReplayBody`] copy takes
+    /// the body over here: the first attempt, which hyper may still be sending, stops.
     fn start_replay(&self) -> bool {
         true
     }
@@ -92,16 +79,11 @@ macro_rules! clone_body {
 
 clone_body!(String, Bytes, Vec<u8>, (), Full<Bytes>, Empty<Bytes>);
 
-/// The default limit of a [`ReplayBody`]: 64 KiB.
 const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 
-/// The error type most bodies' errors convert into, and a [`ReplayBody`]'s.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Why a copy of a [`ReplayBody`] cannot be sent whole: the body outgrew the replay limit
-/// before the copy was asked for, or another copy took the body over while this one was
-/// being sent. The body ends with this error rather than short, so that a truncated
-/// request is never sent as if it were complete.
+/// The error of a copy of a [`ReplayBody`] that cannot be sent whole.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body cannot be sent whole again (replay limit {limit} bytes)")]
 pub(crate) struct Incomplete {
@@ -110,17 +92,12 @@ pub(crate) struct Incomplete {
 }
 
 /// A body wrapper that keeps a copy of the chunks it streams, up to a limit, so that the
-/// request can be sent a second time.
+/// request can be sent a second time (after linkerd2-proxy's `ReplayBody`). The copy is
+/// made as the first attempt sends the body; a request whose body outgrows the limit is
+/// not sent again.
 ///
 /// Its error is the wrapped body's own, boxed (tonic finds its `Status` there), or, for a
-/// copy that cannot be sent whole (the body outgrew the limit, or another copy took it
-/// over while this one was being sent), an error that says so: such a copy ends with an
-/// error rather than short, so that a truncated request is never sent as if complete.
-///
-/// Nothing is read ahead: the copy is made as the first attempt sends the body. A body
-/// that streams more than the limit is sent normally, and its request is not retried; a
-/// body whose size hint already says it is larger is not even recorded
-/// ([`try_with_limit`](Self::try_with_limit) hands it back instead).
+/// copy that cannot be sent whole, an error that says so rather than a truncated body.
 ///
 /// # Examples
 ///
@@ -139,7 +116,7 @@ pub(crate) struct Incomplete {
 /// ```
 pub struct ReplayBody<B> {
     shared: Arc<Mutex<ReplayState<B>>>,
-    /// Which handle this is: a newer handle that has started reading supersedes older ones.
+    /// A newer handle that has started reading supersedes older ones.
     id: u64,
     /// The next recorded chunk this handle yields.
     pos: usize,
@@ -151,8 +128,7 @@ struct ReplayState<B> {
     chunks: Vec<Bytes>,
     recorded: usize,
     limit: usize,
-    /// More than `limit` bytes went by (or were announced), or the inner body failed: the
-    /// record cannot be replayed.
+    /// Over `limit`, or the inner body failed: the record cannot be replayed.
     incomplete: bool,
     ended: bool,
     trailers: Option<HeaderMap>,
@@ -177,8 +153,8 @@ impl<B: Body> ReplayBody<B> {
         Self::with_limit(body, DEFAULT_REPLAY_LIMIT)
     }
 
-    /// Wraps `body`, keeping up to `limit` bytes for a replay. A body whose size hint says
-    /// it is larger streams on without a copy.
+    /// Wraps `body`, keeping up to `limit` bytes for a replay; one whose size hint says it
+    /// is larger streams on without a copy ([`try_with_limit`](Self::try_with_limit)).
     pub fn with_limit(body: B, limit: usize) -> Self {
         let incomplete = body.size_hint().lower() > limit as u64;
         Self {
@@ -254,8 +230,7 @@ where
         let this = self.get_mut();
         let mut state = lock(&this.shared);
         if this.id < state.reader || (this.id > state.reader && state.incomplete) {
-            // A replay took the body over while this attempt was being sent; or this is a
-            // replay of a record that is incomplete. Either way this copy is not whole.
+            // A replay took the body over, or this replays an incomplete record: not whole.
             return Poll::Ready(Some(Err(Incomplete { limit: state.limit }.into())));
         }
         state.reader = this.id;

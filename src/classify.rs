@@ -1,10 +1,8 @@
 //! What counts as "the token was not accepted": HTTP 401, or gRPC `UNAUTHENTICATED`.
 //!
-//! The layer asks its classifier about every response to a request that carried the
-//! store's token; an unauthorized one reloads the token (and, with
-//! [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized), may send the request
-//! again). Implement [`Unauthorized`] for an API that says so another way (a 403 with a
-//! particular body code, say).
+//! Implement [`Unauthorized`] for an API that says so another way (a 403 with a particular
+//! body code, say), and give it to
+//! [`BearerLayer::classifier`](crate::BearerLayer::classifier).
 
 use http::{Response, StatusCode};
 

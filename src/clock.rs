@@ -1,9 +1,4 @@
-//! Wall-clock time for the store: when a token expires or is due for rotation.
-//!
-//! Token claims are wall-clock dates, so the store asks a [`Clock`] for the time rather than
-//! calling [`SystemTime::now`] itself. Production uses the system clock; tests use a clock
-//! that follows tokio's (pausable) time from a fixed origin, so that one
-//! `tokio::time::advance` moves both the timers and the dates the store compares claims to.
+//! Wall-clock time for the store ([`Clock`]), and the date helpers the timers share.
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -16,15 +11,13 @@ pub(crate) enum Clock {
     /// [`SystemTime::now`].
     #[default]
     System,
-    /// An origin, and the tokio instant at which the clock read it: the origin plus the
-    /// tokio time elapsed since. Under paused tokio time, this clock moves only when the
-    /// test advances it.
+    /// The origin plus the tokio time elapsed since the instant: see
+    /// `StoreBuilder::simulated_clock`.
     #[cfg(any(test, feature = "testing"))]
     Tokio(SystemTime, tokio::time::Instant),
 }
 
 impl Clock {
-    /// The current wall-clock time.
     pub(crate) fn now(&self) -> SystemTime {
         match self {
             Clock::System => SystemTime::now(),
@@ -34,9 +27,8 @@ impl Clock {
     }
 }
 
-/// Displays a time as RFC 3339 in UTC, to the second: `2026-11-29T12:00:00Z`. A time
-/// outside the years 9999 BC to 9999 AD (a JWT can claim any date) is shown in seconds
-/// since the epoch instead.
+/// Displays a time as RFC 3339 in UTC, to the second (`2026-11-29T12:00:00Z`); one out of
+/// its range (a JWT can claim any date) in seconds since the epoch.
 #[derive(Clone, Copy)]
 pub(crate) struct Rfc3339(pub(crate) SystemTime);
 
@@ -59,11 +51,9 @@ impl fmt::Debug for Rfc3339 {
 }
 
 /// A duration in `[0, max)`, fixed for `key` within this process and different from one
-/// process to the next: it spreads the moments of a fleet of clients without a
-/// random-number crate.
+/// process to the next.
 pub(crate) fn jitter(key: u64, max: Duration) -> Duration {
-    // A random key drawn once per process and never changed: no state, only what makes
-    // this process's jitter its own (a constant would put a fleet's clients in step).
+    // Drawn once per process: a constant would put a fleet's clients in step.
     static SEED: LazyLock<std::collections::hash_map::RandomState> =
         LazyLock::new(std::collections::hash_map::RandomState::new);
     // Zero when `max` is zero (or past what a u64 of nanoseconds holds, 584 years).
@@ -73,8 +63,7 @@ pub(crate) fn jitter(key: u64, max: Duration) -> Duration {
     })
 }
 
-/// The point 80% of the way from `from` to `to` (where the kubelet rotates a token), or
-/// `None` when `to` is not after `from`.
+/// The point 80% of the way from `from` to `to`, where the kubelet rotates a token.
 pub(crate) fn four_fifths(from: SystemTime, to: SystemTime) -> Option<SystemTime> {
     let span = to.duration_since(from).ok().filter(|d| !d.is_zero())?;
     // `span * 4` overflows a `Duration` for spans over u64::MAX / 4 seconds (a JWT can

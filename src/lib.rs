@@ -4,13 +4,11 @@
 //! sink) or that a [`TokenSource`](source::TokenSource) fetches (an exec credential plugin,
 //! the TokenRequest API, your own), and keeps every request working through the rotation.
 //!
-//! When the file changes, a watcher on its directory has the new token installed within
-//! milliseconds, and a timer re-reads it as a backstop; a bad read (an empty, half-written
-//! or unreadable file) never replaces the last good token. A request that still meets a
-//! 401 reloads the token at once for the requests that follow and, with
+//! A watcher on the file's directory installs a new token as soon as it is written, and a
+//! timer re-reads it as a backstop; a bad read never replaces the last good token. A
+//! request that meets a 401 reloads the token for the requests that follow and, with
 //! [`retry_unauthorized`](BearerLayer::retry_unauthorized), is itself sent once more with
-//! the new token. The request path costs one atomic load, the clone of a prebuilt,
-//! sensitive header value, and a reference to the store for the response.
+//! the new token.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -24,7 +22,6 @@
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
-//! // Reads the token once (an error names the path and the problem), then follows it.
 //! let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 //! let store = TokenStore::builder(FileSource::new(path)).load().await?;
 //!
@@ -46,33 +43,15 @@
 //!
 //! # How it fits together
 //!
-//! Data flows one way: **source → token → store → layer → request**.
-//!
-//! - [`source`]: where the bytes come from. The [`TokenSource`](source::TokenSource) trait,
-//!   and its implementations for a file ([`FileSource`](source::FileSource)), a Kubernetes
-//!   exec credential plugin ([`ExecSource`](source::ExecSource)), an async closure
-//!   ([`FnSource`](source::FnSource)) and, with feature `kube`, the TokenRequest API
-//!   ([`TokenRequestSource`]: audience-bound service-account tokens).
-//! - [`token`]: bytes → a validated, trimmed, sensitive header value ([`Token`]), and what
-//!   the token says about itself (a JWT's subject and dates, a bootstrap token's id).
-//! - [`store`]: the current token behind an atomic pointer ([`TokenStore`]); single-flight
-//!   reads that keep the last good token; [`Status`]. [`TokenStore::builder`] builds one on
-//!   any source ([`StoreBuilder`]) and starts what keeps it fresh: the timer, and for a
-//!   file the directory watcher. A store is shared by cloning it, and only so.
-//! - [`layer`]: the tower middleware ([`BearerLayer`]), which reloads the token on a 401
-//!   and, with [`retry_unauthorized`](BearerLayer::retry_unauthorized), sends the request
-//!   again; [`classify`] says what counts as unauthorized (HTTP 401, gRPC
-//!   `UNAUTHENTICATED`), [`body`] makes request bodies replayable (and shows the tonic
-//!   stack).
+//! **source → token → store → layer → request**: a [`source`] fetches the bytes, [`token`]
+//! validates them, a [`TokenStore`] (from [`TokenStore::builder`]) holds the current
+//! [`Token`] and keeps it fresh, and a [`BearerLayer`] puts it on each request;
+//! [`classify`] says what counts as unauthorized, [`body`] makes bodies replayable.
 //!
 //! # Platforms
 //!
-//! Linux, macOS and Windows, each with its native file watcher (inotify, FSEvents,
-//! `ReadDirectoryChangesW`), and one code path: the watcher's thread only routes events,
-//! and every file is read on tokio's blocking pool under the store's time limit. The one
-//! difference: an [`ExecSource`](source::ExecSource) plugin that times out is killed with
-//! its whole process group on Unix; on Windows only the plugin process itself is killed,
-//! and what it started may keep running.
+//! Linux, macOS and Windows, each with its native file watcher, and one code path; the one
+//! difference is how an [`ExecSource`](source::ExecSource) plugin that times out is killed.
 //!
 //! # Feature flags
 //!
@@ -81,10 +60,11 @@
 //! | feature | module | what it adds |
 //! |---|---|---|
 //! | `kube` | [`kube`] | a `kube::Client` built with the layer, for a token file or an exec plugin (kube 5, with the TLS your own kube dependency turns on); [`TokenRequestSource`]; `ExecSource::try_from(&ExecConfig)` |
+//! | `gzip` | [`kube`] | gzip decompression of responses in the kube client built on rotating TLS credentials, unless the config's `disable_compression`; turns on `kube`, and kube's own `gzip` for kube's client |
 //! | `reqwest` | [`reqwest`] | [`BearerMiddleware`]: the same store and 401 handling for reqwest-middleware clients (reqwest 0.13; no TLS backend chosen) |
 //! | `tls` | [`tls`] | client certificates ([`tls::IdentityStore`]) and CA bundles ([`tls::RootStore`]) that rotate, a rustls resolver and verifier over them, and [`tls::HttpsClient`], which retires its connections on rotation; certificate users in [`kube::Credentials`] |
 //! | `tonic` | [`tonic`] | [`tonic::TlsChannel`]: a tonic transport whose connections present the current client certificate and trust the current CA bundle, made anew on rotation (turns on `tls`) |
-//! | `oauth2` | [`oauth2`] | OAuth 2.0 service tokens: the client-credentials grant and token exchange as sources |
+//! | `oauth2` | [`oauth2`] | OAuth 2.0 service tokens: the client-credentials grant and token exchange as sources (turns on `tls`) |
 //! | `metrics` | [`metrics`] | what every store reports through the `metrics` facade, and alert rules |
 //! | `testing` | [`testing`] | a kubelet-faithful token writer for your own tests; [`StoreBuilder::simulated_clock`] |
 //! | `ring` (default), `aws-lc-rs` | | rustls's crypto provider for `tls`, unless the application installed a process default ([TLS providers]) |
@@ -97,39 +77,23 @@
 //! a general retry (429/503/504) ─▶ BearerLayer (and its 401 retry) ─▶ FollowRedirect ─▶ HTTP client
 //! ```
 //!
-//! - **Outside tower-http's `FollowRedirect`.** The header is then set once, on the first
-//!   hop, and `FollowRedirect`'s policy strips it on cross-origin hops, so a redirect to
-//!   another origin never carries the token. Inside it, the layer would put the token back
-//!   on every hop.
+//! - **Outside tower-http's `FollowRedirect`**, whose policy strips the header on
+//!   cross-origin hops: inside it, the layer would put the token back on every hop.
 //! - **Inside a general retry layer** (such as kube's retry of 429/503/504), so that each
-//!   of its attempts carries the token current at that moment; the 401 retry here is
-//!   separate and happens at most once per attempt.
+//!   of its attempts carries the token current at that moment.
 //! - **Not with another layer that sets `Authorization`** (kube's own auth layer,
 //!   tower-http's `AddAuthorization`): one inside this layer overwrites its token, and a
 //!   header set outside it is kept (unless
-//!   [`overwrite_existing`](BearerLayer::overwrite_existing)), so that request's 401s
-//!   reload nothing. Give the credentials to one layer only: the [`kube`] module takes
-//!   kube's token out of its config for this reason.
+//!   [`overwrite_existing`](BearerLayer::overwrite_existing)), its 401s reloading nothing.
 //!
 //! # When a request is sent again
 //!
-//! After a failure, a request is sent again (once, and only when its body is replayable:
-//! see [`body`]) only when the server cannot have acted on it (RFC 9110 §9.2.2):
-//!
-//! - it was never written;
-//! - or the server refused the credential before acting: a 401 or gRPC `UNAUTHENTICATED`
-//!   answer, a certificate alert; or our own verifier refused the server's certificate;
-//! - or its method is idempotent: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
-//!
-//! A refused request is sent again once, whatever the stack: under the layer's retry, the
-//! `tls` feature's HTTPS clients reload their certificate on a 401 and leave the second
-//! sending to the layer, which sends it with every credential newer by then.
-//!
-//! The layer's retry and the reqwest middleware resend after a 401 only. The `tls`
-//! feature's HTTPS client also meets connections that close without an answer, which a
-//! refused certificate and a crashed server both give: there a POST or PATCH goes back
-//! to the caller as the error, once, while the credential is still reloaded for the
-//! requests that follow.
+//! Once at most, whatever the stack; only when its body is replayable (see [`body`]), and
+//! only when the server cannot have acted on it (RFC 9110 §9.2.2): it was never written;
+//! or the credential was refused (a 401, gRPC `UNAUTHENTICATED`, a certificate alert, or
+//! our verifier refused the server's); or its method is idempotent. So a POST whose
+//! connection closed without an answer goes back to the caller as the error, while the
+//! credential is still reloaded for the requests that follow.
 //!
 // Feature-gated items exist only with their feature: without it, their links point at the
 // feature table, so that no build of these docs shows a broken link.
@@ -203,7 +167,7 @@ pub use layer::{BearerLayer, BearerService};
 pub use store::{LoadError, Status, TokenStore, WatchState};
 pub use token::Token;
 
-// The README's examples, compiled and run as doctests, so that they cannot rot.
+// The README's examples, compiled and run as doctests.
 #[cfg(all(doctest, feature = "kube", feature = "reqwest"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

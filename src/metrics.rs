@@ -1,8 +1,6 @@
 //! Metrics an operator can alert on (feature `metrics`), through the [`metrics`] facade:
-//! install any exporter (Prometheus, OpenTelemetry, StatsD) and every store reports.
-//!
-//! Every series has the label `source`: the store's name, [`StoreBuilder::name`] if set,
-//! else what its source says it is (`file /var/run/...`, `loader vault`). Never a token.
+//! install any exporter and every store reports. Every series has the label `source`, the
+//! store's [name](crate::StoreBuilder::name).
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
@@ -20,11 +18,9 @@
 //! | `bearer_reload_generation` | gauge | | the token's generation (1, then one more per rotation) |
 //! | `bearer_reload_rotation_stalled` | gauge | | 1 while the token in use is past its rotation point and the source holds nothing newer |
 //!
-//! Dates are exported as Unix timestamps, as the Prometheus instrumentation guidelines
-//! advise, not as "seconds until": they change only when the token does, so every gauge is
-//! set by the store's reads, and nothing runs in the background to keep a countdown
-//! current. The query computes the countdown (`... - time()`). The request path records
-//! nothing but the rare request that kept its own `Authorization`.
+//! Dates are Unix timestamps, as the Prometheus instrumentation guidelines advise, not
+//! "seconds until": the query computes the countdown (`... - time()`), and nothing runs in
+//! the background to keep one current.
 //!
 //! # Alert rules (Prometheus)
 //!
@@ -52,11 +48,9 @@
 //!     summary: "{{ $labels.source }}: nothing refreshes the token in the background"
 //! ```
 //!
-//! [`StoreBuilder::name`]: crate::StoreBuilder::name
 //! [`metrics`]: https://docs.rs/metrics/0.24/metrics/
 
-// Without the feature the module is private and its calls do nothing: one set of
-// signatures for the stores to call.
+// Without the feature the module is private and its calls do nothing.
 #![cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
 
 use std::sync::Arc;
@@ -74,8 +68,7 @@ const WATCH_STATE: &str = "bearer_reload_watch_state";
 const GENERATION: &str = "bearer_reload_generation";
 const STALLED: &str = "bearer_reload_rotation_stalled";
 
-/// Each credential with gauges of its dates: its name in them, and what it is in their
-/// descriptions (a CA bundle's and a kubeconfig's expiry gauges are never set).
+/// Each credential with gauges of its dates: its name in them, and in their descriptions.
 const DATED: [(&str, &str); 4] = [
     ("token", "token"),
     ("client_certificate", "client certificate"),
@@ -83,7 +76,6 @@ const DATED: [(&str, &str); 4] = [
     ("kubeconfig", "kubeconfig"),
 ];
 
-/// The names of the expiry and issued gauges of a credential, by its name in metrics.
 #[cfg(feature = "metrics")]
 fn dates(kind: &str) -> [String; 2] {
     ["expiry", "issued"].map(|date| format!("bearer_reload_{kind}_{date}_timestamp_seconds"))
@@ -92,8 +84,7 @@ fn dates(kind: &str) -> [String; 2] {
 /// The watch states, as the `state` label spells them.
 pub(crate) const WATCH_STATES: [&str; 4] = ["active", "degraded", "off", "stopped"];
 
-/// Describes every series to the installed recorder (once is enough; called for each
-/// store, as recorders may be installed late).
+/// Describes every series: for each store, as recorders may be installed late.
 pub(crate) fn describe() {
     #[cfg(feature = "metrics")]
     {
@@ -162,10 +153,9 @@ pub(crate) fn watch_state(source: &Arc<str>, state: &'static str) {
     }
 }
 
-/// The gauges that follow the token in use.
+/// The gauges that follow the credential in use.
 pub(crate) struct TokenGauges {
-    /// What the store holds, by its metric name (`token`, `client_certificate`, ...): the
-    /// gauges of its dates are named for it.
+    /// What the store holds, by its metric name (`token`, `client_certificate`, ...).
     pub(crate) kind: &'static str,
     pub(crate) generation: u64,
     pub(crate) expires_at: Option<SystemTime>,
@@ -174,7 +164,6 @@ pub(crate) struct TokenGauges {
     pub(crate) stalled: bool,
 }
 
-/// Seconds since the Unix epoch, negative before it.
 fn timestamp(at: SystemTime) -> f64 {
     match at.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => d.as_secs_f64(),

@@ -1,55 +1,28 @@
 //! The refusal engine: when a request is sent again after a failure, which credentials
 //! reload, and what happens between the refusal and the second sending. One rule for every
-//! part of the crate that resends ([`BearerLayer`](crate::BearerLayer)'s retry, the reqwest
-//! middlewares, the `tls` feature's `HttpsClient` and `TlsChannel`).
+//! part of the crate that resends.
 //!
-//! A request is sent again only when the server cannot have acted on it (RFC 9110
-//! §9.2.2; hyper-util's own rule, extended only where a refusal proves it):
+//! A request is sent again, once and with a replayable body, only when the server cannot
+//! have acted on it (RFC 9110 §9.2.2): it was never written; or the failure is a certain
+//! refusal of a credential, which the server gives before it acts (a 401 or gRPC
+//! `UNAUTHENTICATED`, a certificate alert, our refusal of the server's certificate); or its
+//! method is idempotent. Anything else goes back to the caller, and the credential still
+//! reloads for the requests that follow.
 //!
-//! - it was never written (the connection ended during hyper's own handshake);
-//! - or the failure is a certain refusal of the credential, which the server gives before
-//!   it acts: a 401 or gRPC `UNAUTHENTICATED` answer, a certificate alert read from the
-//!   server, or our own refusal of the server's certificate (an unknown issuer);
-//! - or its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), so that a
-//!   second sending has the effect of one.
+//! After a refusal ([`AfterRefusal`]): the store's newer credential if it has one, else a
+//! read that starts after the refusal ([`Store::refresh_after_refusal`]); none newer, the
+//! refusal goes back. Then the refused body is read away ([`DRAIN_LIMIT`], [`DRAIN_TIME`]:
+//! over HTTP/1 the connection goes back to its pool; over HTTP/2 no stream is reset, and h2
+//! closes a connection that resets too many), one yield lets the connection's task pool
+//! it, and the caller sends again with the newest token.
 //!
-//! (A connection that ends without an answer, where the first and the last apply, is met
-//! by the HTTPS transports alone: `tls::refusal::may_send_again`.)
-//! In every case its body must be replayable, and it is sent again at most once. Anything
-//! else (a POST or PATCH on a connection that closed without an answer, which a server
-//! that crashed after acting on it also gives) goes back to the caller as it came, once;
-//! the credential is still reloaded for the requests that follow.
-//!
-//! After a refused request that can be sent again ([`AfterRefusal`]):
-//!
-//! - If the store already holds a token newer than the one refused (the watcher was faster
-//!   than the server), that is the answer, without reading the source; otherwise the source
-//!   is read again, by a read that starts after the refusal arrived (one read for every
-//!   concurrent refusal of the same token, at most one a second while it keeps being
-//!   refused). No newer token: the refusal goes back to the caller, as the same token would
-//!   be refused again.
-//! - Before the second attempt, the refused response's body is read and dropped, up to
-//!   [`DRAIN_LIMIT`] bytes (8 KiB) and for at most [`DRAIN_TIME`] (50 ms); a Kubernetes
-//!   `Status` is a few hundred bytes. A larger or slower body is dropped unread. Over HTTP/1
-//!   this puts the connection back in its pool instead of closing it. Over HTTP/2 it ends
-//!   the stream cleanly: a body dropped unread resets its stream, and h2 closes the whole
-//!   connection, with every request on it, once it has had to reset 1024 streams whose
-//!   frames came after it forgot them (`GOAWAY` `ENHANCE_YOUR_CALM`), which bursts of
-//!   refusals can reach over a connection's life.
-//! - Then one yield, so that the connection's own task can put it back in its pool before
-//!   the retry asks for one; the caller sends the request with the store's newest token
-//!   (`Store::resend`).
-//!
-//! A refusal is handled once, and a request sent again at most once, whatever sits
-//! between the parts (a `Buffer`, a task of its own): a 401 to a request that carries an
-//! `Authorization` header is the retry layer's to send again
-//! ([`BearerLayer`](crate::BearerLayer)'s, reqwest's `BearerMiddleware`), with every
-//! credential newer by then; an HTTPS transport below (`HttpsClient`, `TlsChannel`,
-//! `TlsMiddleware`: `tls::stores::Refusal`) only reloads its client certificate first,
-//! and marks the answer [`Renewed`] when it found a newer one. A 401 to a request without
-//! that header can refuse nothing but the certificate, and no layer above sends it again:
-//! the transport does, itself. Transports also send again what they alone see: a request
-//! never written, a handshake refused with an alert, an idempotent request on a
+//! Who sends again, whatever sits between the parts (a `Buffer`, a task of its own): a
+//! 401 to a request with an `Authorization` header is the retry layer's
+//! ([`BearerLayer`](crate::BearerLayer)'s, `BearerMiddleware`'s); an HTTPS transport below
+//! only reloads its client certificate and marks the answer [`Renewed`] if it found a
+//! newer one. A 401 to a request without that header can refuse only the certificate: the
+//! transport sends it again itself. Transports also send again what they alone see: a
+//! request never written, a handshake refused with an alert, an idempotent request on a
 //! connection that closed unanswered.
 
 use std::future::Future;

@@ -1,32 +1,13 @@
 //! [`BearerMiddleware`]: the store's token on every request of a
 //! [reqwest-middleware](https://docs.rs/reqwest-middleware) client, reloaded when a server
-//! refuses it.
+//! refuses it, as [`BearerLayer`](crate::BearerLayer) does for tower clients. With feature
+//! `tls`, `TlsMiddleware` does the same for client certificates and CA bundles.
 //!
-//! The middleware does for `reqwest` what [`BearerLayer`](crate::BearerLayer) does for tower
-//! clients, from the same [`TokenStore`], with the same options and the same 401 code:
+//! reqwest follows redirects below the middleware, and drops `Authorization` on a redirect
+//! to another host, so the token never leaves its origin.
 //!
-//! - every request gets `Authorization: Bearer <token>` (a sensitive header value), unless
-//!   it has its own `Authorization` (set with `bearer_auth`, say), which is left alone
-//!   unless [`overwrite_existing`](BearerMiddleware::overwrite_existing) is asked for;
-//! - an HTTP 401 to a request that carried the store's token reloads the token for the
-//!   requests that follow (one read per burst of 401s, at most one a second while a token
-//!   keeps being refused; none when the store already holds a newer token);
-//! - with [`retry_unauthorized`](BearerMiddleware::retry_unauthorized), the refused request
-//!   is sent once more with the new token, when [`reqwest::Request::try_clone`] can copy
-//!   it (a body made with `Body::wrap_stream` cannot be copied: that request gets its 401
-//!   back, after the reload has started). Before the second attempt, the 401's body is
-//!   read and dropped (at most 8 KiB for at most 50 ms), as the tower layer does: an HTTP/1
-//!   connection is reused, and an HTTP/2 stream ends without a reset.
-//!
-//! [`reqwest::Request::try_clone`]: https://docs.rs/reqwest/0.13/reqwest/struct.Request.html#method.try_clone
-//!
-//! reqwest follows redirects inside the client, below the middleware, and removes
-//! `Authorization` from a redirect to another host, so the token never follows a redirect
-//! off its origin.
-//!
-//! reqwest 0.13 needs a TLS backend chosen by the application. With rustls and ring (and no
-//! aws-lc), enable reqwest's `rustls-no-provider` feature and install ring's provider before
-//! building the client:
+//! reqwest 0.13 needs a TLS backend chosen by the application. With reqwest's
+//! `rustls-no-provider` feature, install a provider before building the client:
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -62,7 +43,6 @@ mod tls;
 #[cfg(feature = "tls")]
 pub use tls::TlsMiddleware;
 
-/// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OwnHeader {
     Keep,
@@ -78,12 +58,10 @@ enum OnUnauthorized {
     Retry,
 }
 
-/// A [`reqwest_middleware::Middleware`] that adds the store's current bearer token to every
-/// request and reloads the token when a server refuses it. See the [module docs](self).
-///
-/// `R` says whether a refused request is sent once more with the new token, as for
-/// [`BearerLayer`](crate::BearerLayer): `()` (no) by default, [`RetryUnauthorized`]
-/// after [`retry_unauthorized`](Self::retry_unauthorized).
+/// A [`reqwest_middleware::Middleware`] that puts the store's current token on every
+/// request (a sensitive `Authorization: Bearer` header) and reloads the token when a
+/// server answers 401 to it; `R` says whether the request is then sent again (`()`: no;
+/// [`RetryUnauthorized`], after [`retry_unauthorized`](Self::retry_unauthorized)).
 ///
 /// [`reqwest_middleware::Middleware`]: https://docs.rs/reqwest-middleware/0.5/reqwest_middleware/trait.Middleware.html
 #[derive(Clone)]
@@ -104,9 +82,8 @@ impl<R: fmt::Debug> fmt::Debug for BearerMiddleware<R> {
 }
 
 impl BearerMiddleware {
-    /// A middleware taking its token from `store`, leaving requests that already carry an
-    /// `Authorization` header alone, and reloading the token on HTTP 401 (without sending
-    /// the request again).
+    /// A middleware with `store`'s token that keeps a request's own `Authorization` header
+    /// and, on a 401, reloads the token without sending the request again.
     pub fn new(store: TokenStore) -> Self {
         Self {
             store,
@@ -125,8 +102,9 @@ impl<R> BearerMiddleware<R> {
         self
     }
 
-    /// On a 401, also send the request once more with the new token, if the request can be
-    /// copied and the token changed.
+    /// On a 401, also send the request once more with the new token, as
+    /// [`BearerLayer::retry_unauthorized`](crate::BearerLayer::retry_unauthorized) does,
+    /// when `reqwest::Request::try_clone` can copy it (not a `Body::wrap_stream` body).
     pub fn retry_unauthorized(self) -> BearerMiddleware<RetryUnauthorized> {
         BearerMiddleware {
             store: self.store,
@@ -135,8 +113,7 @@ impl<R> BearerMiddleware<R> {
         }
     }
 
-    /// Sets the header unless the request has its own and it is kept. Returns the
-    /// generation of the token it set.
+    /// Sets the header unless the request keeps its own; the generation of the token set.
     fn authorize(&self, req: &mut Request) -> Option<u64> {
         if self.own_header == OwnHeader::Keep && req.headers().contains_key(AUTHORIZATION) {
             self.store.0.count_kept_authorization();
@@ -196,7 +173,6 @@ impl<R: Send + Sync> BearerMiddleware<R> {
             // Only our own token is ours to refresh.
             return next.run(req, extensions).await;
         };
-        // The copy is made before the request goes: sending consumes it.
         let replay = match on_unauthorized {
             OnUnauthorized::Retry => req.try_clone(),
             OnUnauthorized::Reload => None,
@@ -208,8 +184,7 @@ impl<R: Send + Sync> BearerMiddleware<R> {
         };
         // A refusal proves the server did not act on it: any method goes again.
         let Some(mut replay) = replay else {
-            // Starts the store's read and returns: the requests that follow get the new
-            // token, this one gets its 401.
+            // The requests that follow get the new token; this one gets its 401.
             self.store.0.reload_after_refusal(sent, Certainty::Certain);
             return Ok(response);
         };

@@ -1,8 +1,5 @@
 //! A kubelet-faithful token writer for tests (feature `testing`): rotate a token file the
-//! way the kubelet does, and check that your application follows.
-//!
-//! [`ProjectedTokenDir`] reproduces the kubelet's `AtomicWriter`, the writer behind every
-//! projected service-account token, secret and config map volume, step by step.
+//! way the kubelet does ([`ProjectedTokenDir`]), and check that your application follows.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -24,10 +21,9 @@
 //! ```
 //!
 //! On Windows the writer follows the kubelet's Windows branch: `..data` is removed and
-//! linked again rather than renamed over (Windows cannot rename a directory link over
-//! another), so a reader may briefly find no `..data`; files and directories get no Unix
-//! mode; and creating symlinks needs Developer Mode or the `SeCreateSymbolicLinkPrivilege`.
-//! Other non-Unix systems have no symlinks here: [`ProjectedTokenDir`] returns
+//! linked again rather than renamed over, so a reader may briefly find no `..data`; and
+//! creating symlinks needs Developer Mode or the `SeCreateSymbolicLinkPrivilege`. Other
+//! non-Unix systems have no symlinks here: [`ProjectedTokenDir`] returns
 //! [`io::ErrorKind::Unsupported`].
 
 use std::fs;
@@ -35,13 +31,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The symlink to the current timestamped directory.
 const DATA_DIR: &str = "..data";
-/// The symlink renamed over [`DATA_DIR`].
 const NEW_DATA_DIR: &str = "..data_tmp";
 
-/// A projected volume directory written exactly as the kubelet's `AtomicWriter` writes it
-/// (`pkg/volume/util/atomic_writer.go`).
+/// A projected volume directory written exactly as the kubelet's `AtomicWriter`
+/// (`pkg/volume/util/atomic_writer.go`) writes it.
 ///
 /// The layout, after any number of rotations:
 ///
@@ -69,17 +63,14 @@ pub struct ProjectedTokenDir {
 }
 
 impl ProjectedTokenDir {
-    /// Creates `dir` (and its parents) if needed and writes the first `token` as the file
-    /// `token` in it.
+    /// Creates `dir` if needed and writes the first `token` in it, as `token`.
     pub fn create(dir: impl Into<PathBuf>, token: impl AsRef<[u8]>) -> io::Result<Self> {
         Self::create_named(dir, "token", token)
     }
 
-    /// Like [`create`](Self::create), with another file name (a projected volume's `path`).
-    ///
-    /// The name must be one plain file name that does not start with `..`. Like the
-    /// kubelet's writer, a `ProjectedTokenDir` owns its directory's `..data`: use one
-    /// directory per writer.
+    /// Like [`create`](Self::create), with another file name: one plain file name that
+    /// does not start with `..`. A `ProjectedTokenDir` owns its directory's `..data`, as
+    /// the kubelet's writer does: use one directory per writer.
     pub fn create_named(
         dir: impl Into<PathBuf>,
         file_name: &str,
@@ -95,18 +86,15 @@ impl ProjectedTokenDir {
         Ok(this)
     }
 
-    /// Writes a new token with the kubelet's sequence (see the type's documentation).
-    ///
-    /// Returns the instant taken just before the rename of `..data_tmp` over `..data`: the
-    /// moment the new token becomes visible, from which a reload latency is measured.
+    /// Writes a new token with the kubelet's sequence: the instant just before the switch
+    /// of `..data`, when the new token becomes visible.
     pub fn rotate(&self, token: impl AsRef<[u8]>) -> io::Result<Instant> {
         self.rotate_files(&[(self.file_name.as_str(), token.as_ref())])
     }
 
     /// Writes several files in one switch of `..data`, as the kubelet projects a Secret
-    /// (cert-manager's `tls.crt` and `tls.key`): a reader sees all the old files or all
-    /// the new ones. Each name is a plain file name, as for
-    /// [`create_named`](Self::create_named); `<dir>/<name>` is created the first time.
+    /// (`tls.crt` and `tls.key`): a reader sees all the old files or all the new ones. Each
+    /// name is as for [`create_named`](Self::create_named).
     ///
     /// # Examples
     ///
@@ -159,9 +147,8 @@ impl ProjectedTokenDir {
         Ok(renamed_at)
     }
 
-    /// The user-visible file, `<dir>/token` (or the name given to
-    /// [`create_named`](Self::create_named)): the path to give
-    /// [`FileSource::new`](crate::source::FileSource::new).
+    /// The user-visible file, `<dir>/token` (or the name given to `create_named`): the
+    /// path to give [`FileSource::new`](crate::source::FileSource::new).
     pub fn token_path(&self) -> PathBuf {
         self.dir.join(&self.file_name)
     }
@@ -176,8 +163,7 @@ impl ProjectedTokenDir {
         Ok(self.dir.join(fs::read_link(self.dir.join(DATA_DIR))?))
     }
 
-    /// Creates `..YYYY_MM_DD_HH_MM_SS.<digits>` like Go's `os.MkdirTemp`: mode 0700, then
-    /// 0755 whatever the umask.
+    /// Creates `..YYYY_MM_DD_HH_MM_SS.<digits>` like Go's `os.MkdirTemp`, then mode 0755.
     fn new_timestamp_dir(&self) -> io::Result<PathBuf> {
         let prefix = timestamp_prefix(SystemTime::now());
         let mut taken = 0;
@@ -198,7 +184,6 @@ impl ProjectedTokenDir {
     }
 }
 
-/// `result`'s value, `None` when it failed for a missing file.
 fn unless_missing<T>(result: io::Result<T>) -> io::Result<Option<T>> {
     match result {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -206,7 +191,7 @@ fn unless_missing<T>(result: io::Result<T>) -> io::Result<Option<T>> {
     }
 }
 
-/// Writes a projected file, mode 0644 whatever the umask (on Unix).
+/// Writes a projected file, mode 0644 whatever the umask.
 fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -218,7 +203,6 @@ fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     set_mode(path, 0o644)
 }
 
-/// Creates a directory only its owner may enter (mode 0700, on Unix).
 fn create_private_dir(path: &Path) -> io::Result<()> {
     let builder = &mut fs::DirBuilder::new();
     #[cfg(unix)]
@@ -226,7 +210,6 @@ fn create_private_dir(path: &Path) -> io::Result<()> {
     builder.create(path)
 }
 
-/// Sets a Unix mode (elsewhere files have none).
 fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     #[cfg(unix)]
     fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
@@ -252,14 +235,14 @@ fn symlink_file(_: impl AsRef<Path>, _: impl AsRef<Path>) -> io::Result<()> {
 #[cfg(not(any(unix, windows)))]
 use symlink_file as symlink_dir;
 
-/// Points `data_dir` at `target`: the rename of `new_data_dir` over it, atomic, on Unix.
+/// Points `data_dir` at `target`: the atomic rename of `new_data_dir` over it.
 #[cfg(not(windows))]
 fn switch(new_data_dir: &Path, data_dir: &Path, _target: &Path) -> io::Result<()> {
     fs::rename(new_data_dir, data_dir)
 }
 
 /// Points `data_dir` at `target` as the kubelet does on Windows, which cannot rename a
-/// directory link over another: remove it, link it again, remove `new_data_dir`.
+/// directory link over another.
 #[cfg(windows)]
 fn switch(new_data_dir: &Path, data_dir: &Path, target: &Path) -> io::Result<()> {
     unless_missing(fs::remove_dir(data_dir))?;
@@ -267,7 +250,6 @@ fn switch(new_data_dir: &Path, data_dir: &Path, target: &Path) -> io::Result<()>
     fs::remove_dir(new_data_dir)
 }
 
-/// A projected file's name must be one plain file name that does not start with `..`.
 fn check_name(file_name: &str) -> io::Result<()> {
     let plain = Path::new(file_name)
         .file_name()

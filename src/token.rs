@@ -1,19 +1,15 @@
 //! A bearer token: bytes from a source, validated, trimmed, and prebuilt as a sensitive
 //! header.
 //!
-//! A [`Token`] never shows its secret: `Debug` and `Display` print a short fingerprint
-//! (the first 8 hex digits of the SHA-256 of the token), which is enough to tell two
-//! tokens apart in logs, and what the token says about itself without its secret part:
+//! A [`Token`] never shows its secret: `Debug` and `Display` print its
+//! [`fingerprint`](Token::fingerprint), and what the token says about itself:
 //!
-//! - a **JWT** (three base64url parts): its claims, read without verifying the signature;
-//!   logs show `sub`, `exp` and the Kubernetes `warnafter` hint, and
-//!   [`subject`](Token::subject), [`expires_at`](Token::expires_at) and
-//!   [`refresh_at`](Token::refresh_at) return them;
+//! - a **JWT**: its claims, read without verifying the signature: `sub`, `exp` and the
+//!   Kubernetes `warnafter` hint ([`subject`](Token::subject),
+//!   [`expires_at`](Token::expires_at), [`refresh_at`](Token::refresh_at));
 //! - a kubeadm **bootstrap token** (`abcdef.0123456789abcdef`): its public id, the part
-//!   before the dot (the API server's user `system:bootstrap:<id>`); the rest is the
-//!   secret;
-//! - anything else is **opaque**. A token that looks like a JWT but does not decode is a
-//!   valid opaque bearer token, just without claims.
+//!   before the dot;
+//! - anything else is **opaque**, a token that looks like a JWT but does not decode too.
 //!
 //! ```
 //! use bearer_reload::token::{Token, TokenError};
@@ -62,9 +58,8 @@ use crate::store::{Credential, Kind, LoadError};
 pub(crate) mod claims;
 pub(crate) use claims::{Claims, Freshness};
 
-/// What the token says about itself (its kind and claims, in full) and how it stands
-/// against `now`, for the fuzz targets (`--cfg fuzzing`, which cargo-fuzz sets; never in a
-/// normal build): the claims' `Debug`, which must hold no secret.
+/// For the fuzz targets (`--cfg fuzzing`): what the token says about itself, which must
+/// hold no secret.
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub fn fuzz_claims(token: &Token, now: SystemTime) -> String {
@@ -72,17 +67,14 @@ pub fn fuzz_claims(token: &Token, now: SystemTime) -> String {
     format!("{:?} {:?}", token.kind, token.subject())
 }
 
-/// The default cap on the size of a token, in bytes as the source gives them: 64 KiB.
+/// The default cap on the size of a token, in bytes as the source gives them.
 pub(crate) const DEFAULT_MAX_SIZE: usize = 64 * 1024;
 
 const PREFIX: &[u8] = b"Bearer ";
 
-/// What Notepad and PowerShell put at the start of a UTF-8 file.
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// Why bytes were not accepted as a token.
-///
-/// The messages name the problem and, for a bad byte, its offset; never the token.
+/// Why bytes were not accepted as a token. The messages never show the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenError {
@@ -96,8 +88,7 @@ pub enum TokenError {
         offset: usize,
     },
     /// The input starts with a UTF-8 byte-order mark (`EF BB BF`), as files saved by
-    /// Notepad or PowerShell's `Out-File` do. Refused, never sent: save the file without
-    /// one (`Set-Content -Encoding ascii`, or an editor's "UTF-8 without BOM").
+    /// Notepad or PowerShell's `Out-File` do: save the file without one.
     #[error(
         "token starts with a UTF-8 byte-order mark (EF BB BF): save the file without one \
          (as ASCII, or UTF-8 without BOM)"
@@ -111,24 +102,20 @@ pub enum TokenError {
     },
 }
 
-/// What a token is, as far as can be told without verifying it. Holds no secret.
+/// What a token is, as far as can be told without verifying it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TokenKind {
-    /// A JWT, with the claims read from its payload (the signature is not verified).
     Jwt(Claims),
     /// A kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
     Bootstrap {
-        /// The user the API server authenticates it as: `system:bootstrap:` and the
-        /// public token id, the six characters before the dot.
+        /// The user the API server authenticates it as: `system:bootstrap:<id>`.
         user: String,
     },
-    /// Any other token.
     Opaque,
 }
 
 impl TokenKind {
     fn detect(token: &str) -> Self {
-        // A kubeadm bootstrap token is `[a-z0-9]{6}\.[a-z0-9]{16}`.
         let ok = |s: &str, len| {
             s.len() == len && s.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9'))
         };
@@ -140,7 +127,6 @@ impl TokenKind {
         }
     }
 
-    /// A short name: `jwt`, `bootstrap` or `opaque`.
     pub(crate) fn name(&self) -> &'static str {
         match self {
             TokenKind::Jwt(_) => "jwt",
@@ -150,43 +136,30 @@ impl TokenKind {
     }
 }
 
-/// What the API server calls the user of a bootstrap token, before its id.
 const BOOTSTRAP_USER: &str = "system:bootstrap:";
 
-/// The id in a bootstrap token's user name.
 fn bootstrap_id_of(user: &str) -> &str {
     user.strip_prefix(BOOTSTRAP_USER).unwrap_or(user)
 }
 
-/// A validated bearer token, held as a prebuilt sensitive `Authorization` header value.
-///
-/// Built by [`Token::parse`]; the [`TokenStore`](crate::TokenStore) gives it a generation
-/// when it installs it, and [`TokenStore::current`](crate::TokenStore::current) hands it
-/// out.
+/// A validated bearer token, held as a prebuilt sensitive `Authorization` header value;
+/// [`TokenStore::current`](crate::TokenStore::current) hands it out.
 #[derive(Clone)]
 pub struct Token {
     header: HeaderValue,
     digest: [u8; 32],
     kind: TokenKind,
-    /// The store's generation and read time, and the source's dates (an expiry that wins
-    /// over a JWT's `exp`, a time to fetch again).
     stamp: Stamp,
 }
 
 impl Token {
-    /// Validates `bytes` as a token: trims leading and trailing ASCII whitespace, then
-    /// requires at least one byte, only visible ASCII, and at most 64 KiB of input (a
+    /// Validates `bytes` as a token, as a store does each read: trims ASCII whitespace,
+    /// then requires at least one byte, only visible ASCII, and at most 64 KiB of input (a
     /// store's cap is [`max_size`](crate::StoreBuilder::max_size)).
-    ///
-    /// Also reads what the token says about itself (see the [module docs](self)). A token
-    /// that looks like a JWT but does not decode is accepted as opaque: only the server
-    /// can say whether it is valid. A store parses each read this way; this is for a
-    /// source's own tests, and the crate's benches and fuzz targets.
     ///
     /// # Errors
     ///
-    /// The [`TokenError`] that says what is wrong and where, never the token: empty, too
-    /// large, a byte-order mark, a byte that cannot be in a header.
+    /// The [`TokenError`] that says what is wrong.
     pub fn parse(bytes: &[u8]) -> Result<Self, TokenError> {
         Self::parse_capped(bytes, DEFAULT_MAX_SIZE)
     }
@@ -210,9 +183,8 @@ impl Token {
         }
         // Allocated at its size: no reallocation leaves an unwiped copy behind.
         let value = Zeroizing::new([PREFIX, secret].concat());
-        // The buffer is wiped when the last clone of the header (the last request carrying
-        // it) is dropped; each clone only counts up, as a shared buffer's does.
-        // Visible ASCII after a fixed prefix is always a valid header value.
+        // Wiped when the last clone of the header (clones share it) is dropped. Visible
+        // ASCII after a fixed prefix is always a valid header value.
         let mut header = HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(value))
             .map_err(|_| TokenError::InvalidByte { offset: start })?;
         header.set_sensitive(true);
@@ -226,9 +198,8 @@ impl Token {
         })
     }
 
-    /// Whom the token is for, when it says: a JWT's `sub`
-    /// (`system:serviceaccount:<namespace>:<name>` for a Kubernetes service account), or
-    /// the user a bootstrap token authenticates as (`system:bootstrap:<id>`). Never secret.
+    /// Whom the token is for, when it says: a JWT's `sub`, or the user a bootstrap token
+    /// authenticates as (`system:bootstrap:<id>`).
     pub fn subject(&self) -> Option<&str> {
         match &self.kind {
             TokenKind::Jwt(claims) => claims.sub.as_deref(),
@@ -237,13 +208,11 @@ impl Token {
         }
     }
 
-    /// When the token expires: the expiry its source gave (an exec plugin's
-    /// `expirationTimestamp`, ...), else a JWT's `exp`; `None` when neither is known.
+    /// When the token expires: the expiry its source gave, else a JWT's `exp`.
     pub fn expires_at(&self) -> Option<SystemTime> {
         Credential::expires_at(self)
     }
 
-    /// The claims, for a JWT.
     pub(crate) fn claims(&self) -> Option<&Claims> {
         match &self.kind {
             TokenKind::Jwt(claims) => Some(claims),
@@ -253,9 +222,8 @@ impl Token {
 
     /// When the token is due to be replaced: when its source asked to be fetched again
     /// ([`Fetched::with_refresh_at`](crate::source::Fetched::with_refresh_at)), else a
-    /// JWT's `warnafter`, else its `exp`; `None` when nothing says. For a token whose
-    /// `exp` the API server extended to a year, this is the token's real lifetime
-    /// (`warnafter`), not the year.
+    /// JWT's `warnafter` (the real lifetime of a token whose `exp` the API server extended
+    /// to a year), else its `exp`.
     pub fn refresh_at(&self) -> Option<SystemTime> {
         self.stamp
             .refresh_at
@@ -267,19 +235,17 @@ impl Token {
         &self.header
     }
 
-    /// The token's fingerprint, safe to log: the first 8 hex digits of the SHA-256 of the
-    /// token (`1a2b3c4d`).
+    /// The token's fingerprint, safe to log: the first 8 hex digits of its SHA-256.
     pub fn fingerprint(&self) -> String {
         format!("{:08x}", self.short_fingerprint())
     }
 
-    /// The fingerprint as a number (shown as 8 hex digits), as timers key their jitter on.
     fn short_fingerprint(&self) -> u32 {
         let [a, b, c, d, ..] = self.digest;
         u32::from_be_bytes([a, b, c, d])
     }
 
-    /// The store generation this token was installed as (0 until a store installs it).
+    /// The store generation this token was installed as.
     #[inline]
     pub(crate) fn generation(&self) -> u64 {
         self.stamp.generation
@@ -291,8 +257,7 @@ impl Token {
     }
 }
 
-/// What a store writes on each credential it installs: its generation, when it was read,
-/// and the dates its source gave. (Here, as a token carries it on the request path.)
+/// What a store writes on each credential it installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stamp {
     /// 0 until a store installs it; 1 for a store's first.
@@ -316,15 +281,14 @@ impl Default for Stamp {
     }
 }
 
-/// A JWT's dates that logs show, as logs show them.
+/// A JWT's dates that logs show.
 fn shown_dates(c: &Claims) -> impl Iterator<Item = (&'static str, Rfc3339)> {
     [("exp", c.exp), ("warnafter", c.warnafter)]
         .into_iter()
         .filter_map(|(name, date)| Some((name, Rfc3339(date?))))
 }
 
-/// Shows the kind, the fingerprint, the generation, and the non-secret parts: a JWT's
-/// `sub`, `exp` and `warnafter`, a bootstrap token's id.
+/// The kind, the fingerprint, the generation, and the non-secret parts.
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Token");
@@ -351,7 +315,7 @@ impl fmt::Debug for Token {
 }
 
 /// One line for logs: `jwt token 1a2b3c4d (sub system:serviceaccount:ns:app, exp
-/// 2026-11-29T13:00:07Z)`, `bootstrap token 1a2b3c4d (id abcdef)`, `opaque token 1a2b3c4d`.
+/// 2026-11-29T13:00:07Z)`, `bootstrap token 1a2b3c4d (id abcdef)`.
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -380,7 +344,6 @@ impl Credential for Token {
 
     type Parser = ();
 
-    /// Validates the bytes as a token, with the source's dates.
     fn from_fetched(
         fetched: Fetched,
         _: &(),
@@ -402,7 +365,6 @@ impl Credential for Token {
         Self { stamp, ..self }
     }
 
-    /// Whether both tokens carry the same secret.
     fn same(&self, other: &Self) -> bool {
         self.digest == other.digest
     }
@@ -419,7 +381,6 @@ impl Credential for Token {
         Token::fingerprint(self)
     }
 
-    /// Its own `Debug` (its kind, fingerprint and claims, never its secret).
     fn shown(&self) -> String {
         format!("{self:?}")
     }
@@ -432,8 +393,6 @@ impl Credential for Token {
         self.claims().and_then(|c| c.exp)
     }
 
-    /// How the token stands at `now` against the dates in its claims, and the expiry its
-    /// source gave.
     fn freshness_at(&self, now: SystemTime) -> Freshness {
         let claims = self
             .claims()
@@ -445,8 +404,7 @@ impl Credential for Token {
         }
     }
 
-    /// A projected token's rotation point (the kubelet's 80%, and its jitter) and the
-    /// point it is overdue, when its source gave no dates of its own.
+    /// The kubelet's rotation point and the point it is overdue.
     fn own_moments(&self) -> [Option<SystemTime>; 2] {
         let claims = self.claims();
         [

@@ -1,16 +1,7 @@
-//! [`TlsChannel`]: a tonic transport whose connections present the current client
-//! certificate and trust the current CA bundle, made anew when either rotates (feature
-//! `tonic`).
-//!
-//! A `tonic::transport::Channel` keeps its HTTP/2 connection until it breaks: a client
-//! certificate that rotated is presented only after the server has refused the old one
-//! long enough to break it, and a CA bundle that rotated is never looked at again. A
-//! [`TlsChannel`] is what a generated client is built on instead
-//! (`HealthClient::new(channel)`): its calls go out on a connection made with the
-//! credentials current when they start, and a refusal reloads them and sends the call
-//! again, as [`HttpsClient`](crate::tls::HttpsClient) does for hyper-util. tonic's own
-//! transport is not used (nor its TLS features): the connection is hyper's HTTP/2 client
-//! over rustls, with the provider [the `tls` module](crate::tls#tls-providers) says.
+//! [`TlsChannel`] (feature `tonic`): a tonic transport on hyper's HTTP/2 client and rustls.
+//! A `tonic::transport::Channel` keeps its connection, and so its credentials, until it
+//! breaks; a generated client built on a [`TlsChannel`] sends each call with the client
+//! certificate and CA bundle current when it starts.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {

@@ -1,5 +1,5 @@
-//! [`Credentials`]: the stores a client takes its credentials from, how they are read out
-//! of a kube `Config`, and the client built on them.
+//! [`Credentials`]: the stores a client takes its credentials from, and the client built
+//! on them.
 
 use std::path::Path;
 
@@ -29,12 +29,8 @@ use base64::{Engine as _, engine::general_purpose::STANDARD};
 use zeroize::Zeroizing;
 
 /// The stores a `kube::Client` takes its credentials from: the bearer token and, with
-/// feature `tls`, the client identity and the CA bundle. Cheap to clone: clients built
-/// from clones share the stores (their reads, their plugin runs, their watchers).
-///
-/// [`Credentials::load`] reads them out of a kube `Config`, and [`client`](Self::client)
-/// builds a client on them; or set each store, built with its own options. A
-/// [`TokenStore`] alone converts into one.
+/// feature `tls`, the client identity and the CA bundle: from [`Credentials::load`], or
+/// each set by hand. Cheap to clone: clients built from clones share the stores.
 ///
 /// # Examples
 ///
@@ -65,63 +61,35 @@ impl From<TokenStore> for Credentials {
 }
 
 impl Credentials {
-    /// The config to build credentials and clients for: kube's [`Config::infer`], and the
-    /// kubeconfig cluster's `certificate-authority` file as `root_cert_file`, so that
-    /// [`load`](Self::load) watches it (kube keeps only its bytes). In a pod,
-    /// `root_cert_file` is the service account's `ca.crt` already. For a config of your
-    /// own, set `root_cert_file` to the CA file to have it watched.
-    ///
-    /// kube's own `Config::infer` gives the same config without the CA file's path, so
-    /// that a rotated CA bundle would not be followed.
+    /// kube's [`Config::infer`], with the kubeconfig cluster's `certificate-authority`
+    /// file as `root_cert_file`, so that [`load`](Self::load) watches it (kube keeps only
+    /// its bytes). For a config of your own, set `root_cert_file` to have it watched.
     ///
     /// # Errors
     ///
-    /// [`Error::Infer`] when kube finds no config: neither in-cluster variables nor a
-    /// kubeconfig.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), bearer_reload::kube::Error> {
-    /// use bearer_reload::kube::Credentials;
-    ///
-    /// let config = Credentials::infer_config().await?;
-    /// let client = Credentials::load(&config).await?.client(config)?;
-    /// # let _ = client; Ok(()) }
-    /// ```
+    /// [`Error::Infer`] when kube finds no config.
     ///
     /// [`Config::infer`]: https://docs.rs/kube/5/kube/struct.Config.html#method.infer
     pub async fn infer_config() -> Result<Config, Error> {
         super::infer_config().await
     }
 
-    /// The stores `config` calls for, each loaded with the default options:
-    ///
-    /// - the token: the user's token file or exec plugin, as
-    ///   [`token_store_builder`](Self::token_store_builder) says;
-    /// - with feature `tls`, the client identity: the user's `client-certificate` and
-    ///   `client-key` files (watched, as [`IdentityStore::files`]), their `-data` (kept as
-    ///   they are), or an exec plugin's `clientCertificateData`/`clientKeyData`
-    ///   ([`IdentityStore::exec`]);
-    /// - with feature `tls`, the CA bundle: `config.root_cert_file` (watched; the
-    ///   in-cluster `ca.crt`, or a kubeconfig's `certificate-authority` as
-    ///   [`infer_config`](Self::infer_config) sets it), else `config.root_cert` (kept as it is).
+    /// The stores `config` calls for, each loaded with the default options: the token
+    /// ([`token_store_builder`](Self::token_store_builder)); with feature `tls`, the client
+    /// identity (the user's `client-certificate` and `client-key` files, watched, their
+    /// `-data`, or an exec plugin's, as [`IdentityStore::exec`]) and the CA bundle
+    /// (`config.root_cert_file`, watched, else `config.root_cert`).
     ///
     /// None at all when nothing in `config` rotates that kube's own client would not
     /// handle as well (an inline token alone, an auth provider; without feature `tls`, a
-    /// client certificate, or an exec plugin that returns one): [`client`](Self::client)
-    /// then builds kube's own client, unchanged, and a `debug` event says why. A config
-    /// that verifies no server (`accept_invalid_certs`) gets neither TLS store: kube's own
-    /// TLS handles it, reading certificates once, and a `warn` event says so.
-    ///
-    /// Must be called within a tokio runtime.
+    /// client certificate): [`client`](Self::client) then builds kube's own client. A
+    /// config that verifies no server (`accept_invalid_certs`) gets no TLS store. A `debug`
+    /// or `warn` event says why. Must be called within a tokio runtime.
     ///
     /// # Errors
     ///
-    /// [`Error::Load`], naming the path or the command, when a store cannot be loaded
-    /// (kube's own client would fail on every request instead); [`Error::Exec`] when the
-    /// user's `exec` section cannot be used; [`Error::Data`] when a `-data` field is not
-    /// base64.
+    /// [`Error::Load`] when a store cannot be loaded, [`Error::Exec`] when the user's `exec`
+    /// section cannot be used, [`Error::Data`] when a `-data` field is not base64.
     pub async fn load(config: &Config) -> Result<Self, Error> {
         let credentials = match Self::load_all(config, None).await {
             Ok(credentials) => credentials,
@@ -152,15 +120,14 @@ impl Credentials {
         Ok(credentials)
     }
 
-    /// The stores `config` calls for; given the store of a kubeconfig `file`
-    /// ([`from_kubeconfig`](Self::from_kubeconfig)), those of the credentials inline in it
-    /// follow the file's.
+    /// The stores `config` calls for; those of the credentials inline in a kubeconfig
+    /// `file` follow its store.
     async fn load_all(config: &Config, file: Option<&Store<Snapshot>>) -> Result<Self, Error> {
         let mut credentials = Self::default();
         let inline = file.map(kubeconfig::inline).unwrap_or_default();
         #[cfg(feature = "tls")]
         let mut plugin_identity = None;
-        // The plugin is kept to ask, once it ran, whether it answered with a certificate.
+        // Kept to ask, once it ran, whether it answered with a certificate.
         let plugin = match auth_in_use(&config.auth_info) {
             AuthInUse::Exec(exec) => Some(crate::source::ExecSource::try_from(exec)?),
             _ => None,
@@ -189,8 +156,7 @@ impl Credentials {
                  handles it, and reads its client certificate and CA once"
             );
         } else {
-            // A plugin that answered with a token and a certificate: both are used, as
-            // kube uses them (the plugin then runs for each store).
+            // A plugin that answered with a token and a certificate: both are used, as kube.
             let saw_certificate = plugin.clone().filter(|plugin| plugin.saw_certificate());
             let identity = match (file, plugin_identity.or(saw_certificate)) {
                 (Some(file), _) if inline.identity => Some(kubeconfig::follow(
@@ -210,8 +176,7 @@ impl Credentials {
             };
             credentials.roots = load(roots).await?;
         }
-        // A certificate the token's run got is for the identity store loaded above, if
-        // any: dropped once that is done rather than kept with the token's store.
+        // A certificate the token's run got is not kept past the identity store's load.
         #[cfg(feature = "tls")]
         if let Some(plugin) = plugin {
             plugin.drop_handover();
@@ -219,44 +184,28 @@ impl Credentials {
         Ok(credentials)
     }
 
-    /// The config of a kubeconfig file that something else rewrites, and credentials that
-    /// follow it: a kubeconfig mounted from a Secret (Cluster API's `<cluster>-kubeconfig`,
-    /// an Argo CD or Rancher cluster secret, a managed service account's), whose inline
-    /// credentials rotate with the file. The context is `options.context`, else the file's
-    /// `current-context` (and `options.cluster`, `options.user` as kube reads them).
+    /// The config of a kubeconfig file that something else rewrites (Cluster API's
+    /// `<cluster>-kubeconfig`, an Argo CD or Rancher cluster secret), and credentials that
+    /// follow it. The context is `options.context`, else the file's `current-context`.
     ///
-    /// The file is watched like a token file (the `..data` swap of a mounted Secret,
-    /// symlink chains, a read every 60 s as backstop) and read once per change for all its
-    /// credentials. Each credential inline in the context — the user's `token`, its
-    /// `client-certificate-data` and `client-key-data`, the cluster's
-    /// `certificate-authority-data` (these two with feature `tls`) — is a store that takes
-    /// its value out of each read, and is installed when it changed: the client's
-    /// connections made with an old identity or CA bundle are retired, and a request
-    /// refused with the old token is sent again with the new one. A server that refuses a
-    /// credential has the file read again at once. The files and plugins the context names
-    /// (`tokenFile`, `exec`, `client-certificate`, `certificate-authority`) are loaded as
-    /// [`load`](Self::load) loads them.
-    ///
-    /// A read that cannot be used changes nothing: a file that does not parse, lacks the
-    /// context, or holds an inline credential that is not valid (a half-written field)
-    /// keeps every credential as it was, and each store's [`status`](crate::TokenStore::status)
-    /// shows the error ([`Error::Kubeconfig`], naming the file and the problem). So does a
-    /// file whose context changed what a client built on it cannot follow: its server, its
-    /// cluster or user, their other settings, which credentials are inline. The client
-    /// goes on with the server and the credentials it has, never the old server with new
-    /// credentials; to follow such a change, build a new client from the file.
+    /// The file is watched like a token file, and read once per change or when a server
+    /// refuses a credential. Each credential inline in the context (the user's `token`;
+    /// with feature `tls`, its `client-certificate-data` and `client-key-data`, the
+    /// cluster's `certificate-authority-data`) is a store installed when it changed. A read
+    /// that cannot be used (it does not parse, lacks the context, holds an invalid inline
+    /// credential, or changes the server or another setting) changes nothing, and each
+    /// store's [`status`](crate::TokenStore::status) shows the [`Error::Kubeconfig`]: build
+    /// a new client to follow such a change.
     ///
     /// The config is kube's for the context
     /// ([`Config::from_custom_kubeconfig`](https://docs.rs/kube/5/kube/struct.Config.html#method.from_custom_kubeconfig)),
-    /// without the inline token (the token store's header goes on the requests) and with
-    /// the cluster's `certificate-authority` file as `root_cert_file`; build clients with
-    /// [`client`](Self::client). Must be called within a tokio runtime.
+    /// without the inline token, with the cluster's `certificate-authority` file as
+    /// `root_cert_file`. Must be called within a tokio runtime.
     ///
     /// # Errors
     ///
-    /// [`Error::Kubeconfig`] when the file cannot be read or used; [`Error::Kube`] when kube
-    /// cannot make a config of the context; and those of [`load`](Self::load) for the
-    /// files and plugins it names.
+    /// [`Error::Kubeconfig`] when the file cannot be read or used, [`Error::Kube`] when kube
+    /// cannot make a config of the context, and [`load`](Self::load)'s.
     ///
     /// # Examples
     ///
@@ -284,18 +233,12 @@ impl Credentials {
         Ok((config, credentials))
     }
 
-    /// The builder of the token store `config` calls for: its user's token file
-    /// ([`FileSource`](crate::source::FileSource)) or exec plugin
-    /// ([`ExecSource`](crate::source::ExecSource)), in kube's order of precedence; `None`
-    /// when the user authenticates otherwise (kube's own client handles it).
-    ///
-    /// Set the store's options on it, load it, and give the store to
-    /// [`token`](Self::token).
+    /// The builder of the token store `config` calls for, its user's token file or exec
+    /// plugin, to set the store's options on; `None` when the user authenticates otherwise.
     ///
     /// # Errors
     ///
-    /// [`Error::Exec`] when the user's `exec` section cannot be used (no command, an
-    /// unknown `apiVersion`, a `v1` section without `interactiveMode`, ...).
+    /// [`Error::Exec`] when the user's `exec` section cannot be used.
     ///
     /// # Examples
     ///
@@ -329,8 +272,7 @@ impl Credentials {
         })
     }
 
-    /// The store of the bearer token, if any: to read its
-    /// [`status`](TokenStore::status) (a kubeconfig that cannot be used shows there).
+    /// The store of the bearer token, if any.
     pub fn token_store(&self) -> Option<&TokenStore> {
         self.token.as_ref()
     }
@@ -353,15 +295,15 @@ impl Credentials {
         self
     }
 
-    /// The store the client certificate comes from (feature `tls`). Needs
-    /// [`roots`](Self::roots) as well.
+    /// The store the client certificate comes from (feature `tls`); needs
+    /// [`roots`](Self::roots).
     #[cfg(feature = "tls")]
     pub fn identity(mut self, store: IdentityStore) -> Self {
         self.identity = Some(store);
         self
     }
 
-    /// The store the CA bundle that verifies the API server comes from (feature `tls`).
+    /// The store of the CA bundle that verifies the API server (feature `tls`).
     #[cfg(feature = "tls")]
     pub fn roots(mut self, store: RootStore) -> Self {
         self.roots = Some(store);
@@ -370,26 +312,18 @@ impl Credentials {
 
     /// A [`kube::Client`] for `config` that takes its credentials from these stores and
     /// retries its 401s once with the new token. Everything else is `config`'s, as kube
-    /// uses it (see the [module docs](super#where-the-layer-sits)); its own token file and
-    /// exec section, if any, are taken out (kube's auth layer, closer to the wire, would
-    /// overwrite the store's header, and kube would run the plugin up to three times
-    /// while building its client): give their stores here. With no store at all, kube's
-    /// own client for `config`, unchanged.
+    /// uses it (see the [module docs](super#where-the-layer-sits)), but its token file and
+    /// exec section: kube's auth layer, closer to the wire, would overwrite the store's
+    /// header, and kube would run the plugin while building its client. With no store at
+    /// all, kube's own client for `config`, unchanged. With a client identity or a CA
+    /// bundle, see [TLS](super#tls).
     ///
-    /// With a client identity or a CA bundle (feature `tls`), the client sends its
-    /// requests through an [`HttpsClient`](crate::tls::HttpsClient) instead of kube's
-    /// hyper client; see [TLS](super#tls).
-    ///
-    /// Every client built from the same stores shares their credentials, their reads and
-    /// their exec plugin's runs. Must be called within a tokio runtime (the stack's
-    /// `Buffer` spawns its worker there).
+    /// Must be called within a tokio runtime (the stack's `Buffer` spawns its worker there).
     ///
     /// # Errors
     ///
-    /// [`Error::UnsupportedProxyScheme`] for a `proxy_url` of a scheme kube does not take either;
-    /// [`Error::NoRoots`] for an identity without a bundle;
-    /// [`Error::ServerName`] for a `tls_server_name` that is no name; [`Error::Kube`] when
-    /// kube cannot build its client from the config.
+    /// [`Error::UnsupportedProxyScheme`], [`Error::NoRoots`], [`Error::ServerName`];
+    /// [`Error::Kube`] when kube cannot build its client from the config.
     ///
     /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
     pub fn client(&self, config: Config) -> Result<Client, Error> {
@@ -418,7 +352,6 @@ impl Credentials {
     }
 }
 
-/// The store of `builder`, if any.
 #[cfg(feature = "tls")]
 async fn load<S>(builder: Option<StoreBuilder<S>>) -> Result<Option<S>, crate::LoadError> {
     Ok(match builder {
@@ -427,8 +360,7 @@ async fn load<S>(builder: Option<StoreBuilder<S>>) -> Result<Option<S>, crate::L
     })
 }
 
-/// The identity a kubeconfig user's certificate and key give: two watched files, or the
-/// bytes kube's loader would read (`-data` first, as kube does).
+/// A kubeconfig user's identity: two watched files, or their bytes (`-data` first, as kube).
 #[cfg(feature = "tls")]
 fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentityStore>>, Error> {
     use secrecy::ExposeSecret;
@@ -454,7 +386,7 @@ fn identity_of(auth: &AuthInfo) -> Result<Option<crate::StoreBuilder<IdentitySto
                     async move {
                         let (cert, key) = (cert.await?, key.await?);
                         let mut pem = Zeroizing::new([&cert[..], b"\n", &key[..]].concat());
-                        // Moved to the store, not copied.
+                        // Moved to the store, leaving no unwiped copy.
                         Ok::<_, std::io::Error>(std::mem::take(&mut *pem))
                     }
                 });
@@ -480,7 +412,7 @@ async fn half(
     }
 }
 
-/// The CA bundle that verifies the API server: the file, watched, else the bytes.
+/// The CA bundle: the file, watched, else the bytes.
 #[cfg(feature = "tls")]
 fn roots_of(config: &Config) -> Option<crate::StoreBuilder<RootStore>> {
     if let Some(path) = &config.root_cert_file {

@@ -24,11 +24,7 @@ use crate::tls::error::Redacted;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Outermost → innermost, as kube's `ClientBuilder::try_from(Config)`: the base URI, gzip
-/// decompression (feature `gzip`), kube's retry of 429/503/504, the [`BearerLayer`] with
-/// its 401 retry, kube's auth for what the config still holds (an inline token, a
-/// username and password), kube's extra headers, kube's trace span, the [`HttpsClient`]
-/// with the config's proxy and timeouts.
+/// kube's stack, layer for layer as the module docs' table says, over an [`HttpsClient`].
 pub(super) fn client(config: Config, credentials: Credentials) -> Result<Client, Error> {
     let roots = credentials.roots.ok_or(Error::NoRoots)?;
     let timeouts = Timeouts {
@@ -66,8 +62,7 @@ pub(super) fn client(config: Config, credentials: Credentials) -> Result<Client,
         .map_err(Into::<BoxError>::into)
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
-        // kube's span per request (`HTTP`, with OpenTelemetry's attribute names), its
-        // events, and its errors logged.
+        // kube's own span, events and error logs.
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|req: &Request<Body>| {
@@ -113,8 +108,7 @@ pub(super) fn client(config: Config, credentials: Credentials) -> Result<Client,
     Ok(ClientBuilder::new(stack, config.default_namespace).build())
 }
 
-/// The proxy kube's client would go through: the config's `proxy_url` (kube fills it
-/// from the kubeconfig's `proxy-url`, else `HTTPS_PROXY` minus `NO_PROXY`), else none.
+/// The proxy kube's client would go through: the config's `proxy_url`, else none.
 fn proxy(config: &Config) -> Result<Matcher, Error> {
     let Some(url) = &config.proxy_url else {
         return Ok(Matcher::builder().build());

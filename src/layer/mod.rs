@@ -1,15 +1,10 @@
 //! [`BearerLayer`]: puts `Authorization: Bearer <token>` on every request, from a
 //! [`TokenStore`], and reloads the token when a server refuses it.
 //!
-//! The service keeps the current token's prebuilt header value; each request costs one
-//! atomic load (is the cached token still current?), the clone of a `HeaderValue` (the
-//! same clone tower-http's static `AddAuthorization` makes) and a reference to the store,
-//! which the response future holds for a refusal. On the way back, one status
-//! comparison: a response that says the token was not accepted (HTTP 401 by default, see
-//! [`classify`](crate::classify)) to a request that carried the store's token starts a
-//! reload at once, for the requests that follow. With
-//! [`retry_unauthorized`](BearerLayer::retry_unauthorized) the refused request itself is
-//! sent once more with the new token (see [`RetryFuture`]).
+//! A request costs an atomic load and the clone of the prebuilt header value. A refusal
+//! (see [`classify`](crate::classify)) of the store's token starts a reload at once, for
+//! the requests that follow; with [`retry_unauthorized`](BearerLayer::retry_unauthorized)
+//! the refused request itself is sent once more with the new token ([`RetryFuture`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -35,18 +30,10 @@
 //!
 //! # A request sent right after a refusal
 //!
-//! A refused request that is not sent again (the plain layer, or a body that cannot be
-//! replayed) goes back to its caller at once, and the reload it started runs on in the
-//! store. Until that reload has installed the new token (a file: well under a millisecond;
-//! an exec plugin or a TokenRequest: the time they take), requests still carry the refused
-//! token and meet their own 401: in the `revocation` example (4 clients, a server that
-//! revokes the moment the file rotates), one request in nine rotations (`mode=no-retry`).
-//! They cost no read: one read answers every refusal of one token. With
-//! [`retry_unauthorized`](BearerLayer::retry_unauthorized) each of them is sent again with
-//! the new token. The request path itself never waits: a refused token costs nothing until
-//! a response says so.
-//!
-//! Where the layer goes in a stack: see [the crate docs](crate#where-the-layer-goes).
+//! Until the reload has installed the new token, requests still carry the refused token
+//! and may meet their own 401 (one read answers every refusal of one token); with
+//! `retry_unauthorized` each is sent again with the new token. The request path itself
+//! never waits.
 
 use std::fmt;
 use std::future::Future;
@@ -68,30 +55,24 @@ mod retry;
 
 pub use retry::RetryFuture;
 
-/// Whether a request's own `Authorization` header is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OwnHeader {
     Keep,
     Replace,
 }
 
-/// What a refusal does after `retry_unauthorized()` ([`BearerLayer`]'s and
-/// `reqwest::BearerMiddleware`'s `R`): the token is reloaded,
-/// and the refused request is sent once more with the new token (see [`RetryFuture`]).
-/// Without it (`R` is `()`, the default) the refused request goes back to its caller.
+/// The `R` of [`BearerLayer`] (and `reqwest::BearerMiddleware`) after
+/// `retry_unauthorized()`: a refused request is sent once more with the new token (see
+/// [`RetryFuture`]). With `()`, the default, it goes back to its caller.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RetryUnauthorized;
 
 /// Layer that adds the store's current bearer token to every request and reloads the token
 /// when a server refuses it.
 ///
-/// `C` tells a refusal (HTTP 401 by default, [`classifier`](Self::classifier) for gRPC's);
-/// `R` says whether the refused request itself is sent once more with the new token
-/// ([`RetryUnauthorized`], set by [`retry_unauthorized`](Self::retry_unauthorized)) or goes
-/// back to the caller (`()`, the default). The two are independent: set them in any order.
-///
-/// See the [module docs](crate::layer) for an example, and
-/// [the crate docs](crate#where-the-layer-goes) for where it goes in a stack.
+/// `C` tells a refusal ([`classifier`](Self::classifier)); `R` says whether the refused
+/// request is sent again ([`RetryUnauthorized`]). Where it goes in a stack: see [the crate
+/// docs](crate#where-the-layer-goes).
 #[derive(Debug, Clone)]
 pub struct BearerLayer<C = Http401, R = ()> {
     store: TokenStore,
@@ -115,8 +96,7 @@ impl BearerLayer {
 
 impl<C, R> BearerLayer<C, R> {
     /// Use `classifier` to tell unauthorized responses (for example
-    /// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated)), for the reload and
-    /// for the retry alike.
+    /// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated)).
     pub fn classifier<D: Unauthorized>(self, classifier: D) -> BearerLayer<D, R> {
         BearerLayer {
             store: self.store,
@@ -127,9 +107,7 @@ impl<C, R> BearerLayer<C, R> {
     }
 
     /// On an unauthorized response, also send the request once more with the new token
-    /// (see [`RetryFuture`]): once at most, only when the reload found a newer token, and
-    /// only when the body can be sent again ([`TryCloneBody`](crate::body::TryCloneBody):
-    /// buffered bodies, or any body in a [`ReplayBody`](crate::body::ReplayBody)).
+    /// (see [`RetryFuture`]).
     pub fn retry_unauthorized(self) -> BearerLayer<C, RetryUnauthorized> {
         BearerLayer {
             store: self.store,
@@ -140,9 +118,7 @@ impl<C, R> BearerLayer<C, R> {
     }
 
     /// Replace an `Authorization` header the request already has. By default it is kept,
-    /// as client-go does (of several values, which HTTP does not allow, the first), and a
-    /// request that keeps its own header is the caller's business: its 401 reloads
-    /// nothing and is never retried.
+    /// as client-go does, and that request's 401 reloads nothing and is never retried.
     pub fn overwrite_existing(mut self) -> Self {
         self.own_header = OwnHeader::Replace;
         self
@@ -162,15 +138,14 @@ impl<S, C: Clone, R: Clone> Layer<S> for BearerLayer<C, R> {
     }
 }
 
-/// The token a request carried: its store and generation, for a refusal.
+/// The token a request carried, for a refusal.
 #[derive(Clone, Debug)]
 struct Carried {
     store: Store<Token>,
     sent: u64,
 }
 
-/// What a service knows of its token: the store and the token it last read from it. Not
-/// generic, so that its slow path is compiled once.
+/// The store and the token last read from it. Not generic: its slow path is compiled once.
 #[derive(Clone, Debug)]
 struct Authorizer {
     store: Store<Token>,
@@ -188,19 +163,15 @@ impl Authorizer {
         }
     }
 
-    /// Sets the header unless the request has its own and it is kept. Returns the token
-    /// it set, or `None` for a request that kept its own header: only our own token is
-    /// ours to reload.
+    /// Sets the header unless the request keeps its own: the token it set, or `None`.
     #[inline]
     fn authorize(&mut self, headers: &mut HeaderMap) -> Option<Carried> {
-        // A generation atomic rather than `arc_swap::Cache`, which measured no faster
-        // (BENCHMARKS.md, "The cached-token check and `arc_swap::Cache`").
+        // A generation atomic: `arc_swap::Cache` measured no faster (BENCHMARKS.md).
         if !self.store.is_current(&self.cached) {
             self.store.catch_up(&mut self.cached);
         }
         let value = self.cached.header_value().clone();
-        // `append`, then put a request's own value back: one hash probe on the common path
-        // (no header yet), and the fewest instructions measured (BENCHMARKS.md, "`append`").
+        // `append`, then put a request's own value back: one hash probe when it has none.
         if headers.append(AUTHORIZATION, value) {
             if self.own_header == OwnHeader::Keep {
                 keep_own(headers);
@@ -216,7 +187,7 @@ impl Authorizer {
     }
 }
 
-/// Leaves the request's own `Authorization` (of several, the first) alone.
+/// Keeps the request's own `Authorization` (of several, the first).
 #[cold]
 fn keep_own(headers: &mut HeaderMap) {
     if let Some(first) = headers.get(AUTHORIZATION).cloned() {
@@ -224,9 +195,7 @@ fn keep_own(headers: &mut HeaderMap) {
     }
 }
 
-/// Service that adds the store's current bearer token to every request and reloads the
-/// token when a server refuses it; built by [`BearerLayer`], whose docs say what `C` and
-/// `R` are.
+/// The service [`BearerLayer`] builds; its docs say what `C` and `R` are.
 #[derive(Clone, Debug)]
 pub struct BearerService<S, C = Http401, R = ()> {
     inner: S,
@@ -279,13 +248,11 @@ where
 }
 
 pin_project! {
-    /// Response future of [`BearerService`] without the retry: the inner service's
-    /// future, and a look at the response's status on the way back.
+    /// Response future of [`BearerService`] without the retry.
     pub struct ResponseFuture<F, C = Http401> {
         #[pin]
         inner: F,
-        // The token the request carried, `None` for a request that kept its own
-        // `Authorization`.
+        // `None` for a request that kept its own `Authorization`.
         sent: Option<Carried>,
         classifier: C,
     }
@@ -310,14 +277,13 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        // The inner poll is returned as it is, so that the response is not moved again.
+        // Returned as it is, so that the response is not moved again.
         let poll = this.inner.poll(cx);
         if let Poll::Ready(Ok(response)) = &poll
             && let Some(Carried { store, sent }) = this.sent.as_ref()
             && this.classifier.is_unauthorized(response)
         {
-            // Starts the store's read and returns: the requests that follow get the new
-            // token once it is in (see the module docs), this one gets its 401.
+            // The requests that follow get the new token once it is in; this one its 401.
             store.reload_after_refusal(*sent, Certainty::Certain);
         }
         poll

@@ -1,7 +1,4 @@
-//! [`RetryFuture`]: with [`BearerLayer::retry_unauthorized`], a refused request is sent once
-//! more with the new token.
-//!
-//! [`BearerLayer::retry_unauthorized`]: crate::BearerLayer::retry_unauthorized
+//! [`RetryFuture`]: a refused request sent once more with the new token.
 
 use std::fmt;
 use std::future::Future;
@@ -36,8 +33,7 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let sent = self.auth.authorize(req.headers_mut());
-        // Only our own token is ours to refresh: a request that kept its own header is
-        // passed through as it is.
+        // A request that kept its own header is passed through as it is.
         let replay = sent.as_ref().and_then(|_| clone_request(&req));
         let retry_svc = replay.as_ref().map(|_| self.inner.clone());
         let fut = self.inner.call(req);
@@ -55,20 +51,13 @@ pin_project! {
     /// Response future of [`BearerService`] with the retry
     /// ([`BearerLayer::retry_unauthorized`](crate::BearerLayer::retry_unauthorized)).
     ///
-    /// Each request remembers the generation of the token it was sent with. When the
-    /// response says the token was not accepted, the store reloads it (without reading the
-    /// source when it already holds a newer token; one read for every concurrent refusal;
-    /// at most one a second while a token keeps being refused); if that yields a newer
-    /// token and the body can be sent again, the refused response's body is read away (at
-    /// most 8 KiB for at most 50 ms, so that its connection is reused) and the request is
-    /// sent once more with the store's newest token. Otherwise the refusal goes back to the
-    /// caller. A request is sent again at most once.
-    ///
-    /// The copy of the request is made before it is sent: bodies that clone cheaply
-    /// ([`TryCloneBody`]) or any body in a [`ReplayBody`](crate::body::ReplayBody).
-    ///
-    /// Unboxed while the first response is awaited; the wait for the reload after a refusal
-    /// is boxed.
+    /// When the response says the token was not accepted, the store reloads it (one read
+    /// for every concurrent refusal, none when it already holds a newer token, at most one
+    /// per [`unauthorized_reload_interval`](crate::StoreBuilder::unauthorized_reload_interval)).
+    /// If that yields a newer token and the body can be sent again ([`TryCloneBody`]), the
+    /// refused response's body is read away (at most 8 KiB for at most 50 ms, so that its
+    /// connection is reused) and the request is sent once more, with the store's newest
+    /// token. Otherwise the refusal goes back to the caller.
     pub struct RetryFuture<S, B, ResB, C>
     where
         S: Service<Request<B>>,
@@ -116,8 +105,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::First { fut } => {
-                    // The inner poll is returned as it is where it can be, so that the
-                    // response is not moved again.
+                    // Returned as it is where it can be: the response is not moved again.
                     let poll = fut.poll(cx);
                     let (Some(Carried { store, sent }), Poll::Ready(Ok(response))) =
                         (this.sent.as_ref(), &poll)

@@ -1,5 +1,4 @@
-//! [`ClientAuth`]: how the client authenticates at the token endpoint, and the token files
-//! (a client assertion, a subject token) it reads.
+//! [`ClientAuth`], and the token files (a client assertion, a subject token) it reads.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -13,15 +12,11 @@ use zeroize::Zeroizing;
 use super::error::Error;
 use super::request::{Form, encode_into};
 
-/// RFC 7523's client assertion type: a JWT.
 pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
-/// How the client authenticates at the token endpoint: one method, as the client is
-/// registered with one (`token_endpoint_auth_method`).
-///
-/// Given whole to [`ClientCredentials::new`](super::ClientCredentials::new) or
-/// [`TokenExchange::new`](super::TokenExchange::new), so that a client has exactly one.
-/// `Debug` shows the method and the secret's length, never the secret.
+/// How the client authenticates at the token endpoint: the one method it is registered
+/// with (`token_endpoint_auth_method`). `Debug` shows the method and the secret's length,
+/// never the secret.
 ///
 /// # Examples
 ///
@@ -44,9 +39,8 @@ enum Method {
 }
 
 impl ClientAuth {
-    /// No authentication: a public client (`none`), which sends its `client_id` in the
-    /// form. Allowed for token exchange, where the subject token is the credential; the
-    /// client-credentials grant is for confidential clients only (RFC 6749 §4.4).
+    /// No authentication: a public client, which sends its `client_id` in the form. For
+    /// token exchange: the client-credentials grant is for confidential clients only.
     pub fn none() -> Self {
         ClientAuth(Method::None)
     }
@@ -63,20 +57,14 @@ impl ClientAuth {
     }
 
     /// A JWT client assertion (RFC 7523 §2.2: `private_key_jwt`, or a workload identity
-    /// federated by the server) read from the file at `path` at every fetch: a projected
-    /// service-account token that the kubelet rotates, a SPIFFE JWT-SVID that an agent
-    /// writes. Sent as `client_assertion`, with `client_assertion_type`
-    /// `urn:ietf:params:oauth:client-assertion-type:jwt-bearer` and the `client_id`.
-    ///
-    /// Each fetch reads the file anew, so a rotated assertion is used from the next fetch
-    /// on; a server that accepts each `jti` once needs a new assertion in the file for
-    /// each fetch.
+    /// federated by the server), read anew from the file at `path` at every fetch: a
+    /// projected service-account token, a SPIFFE JWT-SVID. A server that accepts each
+    /// `jti` once needs a new assertion in the file for each fetch.
     pub fn client_assertion_file(path: impl Into<PathBuf>) -> Self {
         ClientAuth(Method::AssertionFile(path.into()))
     }
 
-    /// Adds the client's credentials to `form`, and returns the `Authorization` value of
-    /// `client_secret_basic`.
+    /// Adds the client's credentials to `form`; returns `client_secret_basic`'s header.
     pub(super) async fn apply(
         &self,
         client_id: &str,

@@ -13,24 +13,10 @@ use crate::tls::RootStore;
 /// Access tokens of a confidential client, by the client-credentials grant (RFC 6749
 /// §4.4): a service calling another service as itself.
 ///
-/// Each fetch POSTs `grant_type=client_credentials` (with the scope, audiences and
-/// resources given) to the token endpoint over HTTPS, authenticated by the
-/// [`ClientAuth`] given to [`new`](Self::new), and verifies the server with the CA bundle
-/// given there too (a [`RootStore`], which follows the bundle as it rotates). The store
-/// built on it is the cache:
-///
-/// - **Refresh**: the answer's `expires_in` becomes the token's expiry, and the store's
-///   timer fetches a new token before it, by the store's margin (a tenth of the lifetime,
-///   at least a minute, never before half of it) less a jitter. A token without
-///   `expires_in` is kept until a server refuses it. An `expires_in` over 2^32 seconds
-///   (136 years) is a bad answer ([`Error::Response`](super::Error::Response)), as is
-///   any other the store could not add to the clock: the last good token stays.
-/// - **401**: with [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) a token
-///   that a resource server refuses (revoked, or expired early) is replaced by a new
-///   request at once, once for a burst of refusals, and the refused request is sent again.
-/// - **Failures** (an `invalid_client` after the secret was rotated at the server, a 5xx,
-///   a refused connection) keep the last good token while it is valid; the store tries
-///   again after 1 s, 2 s, 4 s ..., and reports the [`Error`].
+/// Each fetch POSTs `grant_type=client_credentials`, with the scopes, audiences and
+/// resources given, authenticated as its [`ClientAuth`] says. Refresh, retries and 401s
+/// are the store's (see the [module docs](super)); a token without `expires_in` is kept
+/// until a server refuses it.
 ///
 /// # Examples
 ///
@@ -58,21 +44,15 @@ use crate::tls::RootStore;
 /// // ServiceBuilder::new().layer(layer).service(http_client) ...
 /// # let _ = layer; Ok(()) }
 /// ```
-///
-/// `Debug` shows the endpoint, the client id, the authentication method and the
-/// secret's length, never the secret.
 #[derive(Clone, Debug)]
 pub struct ClientCredentials {
     endpoint: Endpoint,
 }
 
 impl ClientCredentials {
-    /// Tokens of `client_id` from `token_endpoint` (an `https://` URI: another scheme
-    /// fails the first fetch with [`Error::InsecureEndpoint`]), authenticated by `auth`,
-    /// the endpoint verified with `roots`.
-    ///
-    /// [`ClientAuth::none`] is refused by the server: the grant is for confidential
-    /// clients.
+    /// Tokens of `client_id` from `token_endpoint`, verified with `roots`, authenticated
+    /// by `auth` (not [`ClientAuth::none`]: the grant is for confidential clients). An
+    /// endpoint that is not `https://` fails each fetch with [`Error::InsecureEndpoint`].
     pub fn new(
         token_endpoint: Uri,
         client_id: impl Into<String>,
@@ -98,8 +78,7 @@ impl ClientCredentials {
         self
     }
 
-    /// Adds a `resource` parameter (RFC 8707): the absolute URI of the service the token
-    /// is for. One parameter each.
+    /// Adds a `resource` parameter (RFC 8707): the absolute URI of the service, one each.
     pub fn resource(mut self, resource: impl Into<String>) -> Self {
         self.endpoint.resources.push(resource.into());
         self
@@ -109,8 +88,7 @@ impl ClientCredentials {
 impl TokenSource for ClientCredentials {
     type Error = Error;
 
-    /// Asks the token endpoint for a new token, whatever the trigger: nothing is cached
-    /// here, the store is the cache.
+    /// Asks the token endpoint for a new token: the store is the cache.
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, Error> {
         let mut form = Form::default();
         form.push("grant_type", "client_credentials");
@@ -122,7 +100,6 @@ impl TokenSource for ClientCredentials {
         self.endpoint.describe("client-credentials")
     }
 
-    /// 30 s: a remote server, a TLS handshake, perhaps a cold start.
     fn default_fetch_timeout(&self) -> Duration {
         super::FETCH_TIMEOUT
     }

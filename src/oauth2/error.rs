@@ -6,25 +6,13 @@ use std::path::PathBuf;
 use http::{StatusCode, Uri};
 
 /// Why a [`ClientCredentials`](super::ClientCredentials) or
-/// [`TokenExchange`](super::TokenExchange) fetch gave no token: a configuration that
-/// cannot work, a file that cannot be read, the request that failed, or the token
-/// endpoint's refusal.
-///
-/// The store's [`LoadError`](crate::LoadError) that wraps it names the source first
-/// (`oauth2 client-credentials <client_id> at <endpoint>`), so the messages here do not
-/// repeat the endpoint or the client; a file's error names its path. The store keeps
-/// serving the last good token while it is valid and tries again with a backoff (1 s,
-/// 2 s, 4 s, ...), whatever the error: a 5xx or a refused connection usually passes, and
-/// an `invalid_client` may pass once the server's secret and ours agree again.
-///
-/// None holds a secret, an assertion, a subject token or an access token: an error
-/// answer is reduced to its `error` code and `error_description`, and a body that is not
-/// an OAuth 2.0 answer is never quoted.
+/// [`TokenExchange`](super::TokenExchange) fetch gave no token; the store keeps the last
+/// good one and tries again. None holds a secret or a token: an error answer is reduced to
+/// its `error` and `error_description`, and any other body is never quoted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The token endpoint is not an `https://` URI: a client secret or an assertion is
-    /// never sent in clear text (RFC 6749 §2.3.1).
+    /// The token endpoint is not `https://`: secrets never go in clear (RFC 6749 §2.3.1).
     #[error("the token endpoint {endpoint} is not an https:// URI")]
     InsecureEndpoint {
         /// The endpoint given.

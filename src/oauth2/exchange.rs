@@ -11,25 +11,18 @@ use crate::TokenStore;
 use crate::source::{FetchContext, Fetched, TokenSource};
 use crate::tls::RootStore;
 
-/// RFC 8693's grant type.
 const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 
 /// RFC 8693's token type of a JWT: the default `subject_token_type`.
 pub(super) const TOKEN_TYPE_JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 
 /// Access tokens by token exchange (RFC 8693): a workload trades a token it has (its
-/// projected service-account token, a token from another issuer) for one the token
-/// endpoint issues.
+/// projected service-account token, another issuer's) for one the token endpoint issues.
 ///
-/// Each fetch takes the subject token from its [`TokenStore`] (a projected service-account
-/// token file that the kubelet rotates, a `TokenRequestSource`, another exchange: the
-/// store keeps it fresh, and a bad read never replaces it) and POSTs
-/// `grant_type=urn:ietf:params:oauth:grant-type:token-exchange` with it, its
-/// `subject_token_type` (default `urn:ietf:params:oauth:token-type:jwt`) and the
-/// parameters given, over HTTPS verified by the CA bundle given to [`new`](Self::new).
-/// The client authenticates as the [`ClientAuth`] given there says: a public client
-/// ([`ClientAuth::none`]) sends its `client_id` alone. Refresh, 401s and failures are the
-/// store's, as for [`ClientCredentials`](super::ClientCredentials).
+/// Each fetch sends its [`TokenStore`]'s current token as the `subject_token`, with the
+/// `subject_token_type` and the parameters given, authenticated as its [`ClientAuth`]
+/// says. Refresh, 401s and failures are the store's, as for
+/// [`ClientCredentials`](super::ClientCredentials).
 ///
 /// # Examples
 ///
@@ -65,9 +58,8 @@ pub struct TokenExchange {
 }
 
 impl TokenExchange {
-    /// Tokens for `client_id` from `token_endpoint` (an `https://` URI, verified with
-    /// `roots`), authenticated by `auth` ([`ClientAuth::none`] for a public client), in
-    /// exchange for `subject`'s current token at each fetch.
+    /// Tokens for `client_id` from `token_endpoint` (verified with `roots`), authenticated
+    /// by `auth`, in exchange for `subject`'s current token at each fetch.
     pub fn new(
         token_endpoint: Uri,
         client_id: impl Into<String>,
@@ -139,7 +131,6 @@ impl TokenSource for TokenExchange {
         self.endpoint.describe("token-exchange")
     }
 
-    /// 30 s: a remote server, a TLS handshake, perhaps a cold start.
     fn default_fetch_timeout(&self) -> Duration {
         super::FETCH_TIMEOUT
     }

@@ -1,5 +1,4 @@
-//! One token request: the form, the POST over the crate's HTTPS client, and the answer
-//! read into a [`Fetched`] or an [`Error`].
+//! One token request: the form, the POST, and the answer read.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -46,7 +45,6 @@ impl Endpoint {
         }
     }
 
-    /// `oauth2 <grant> <client_id> at <endpoint>`.
     pub(super) fn describe(&self, grant: &str) -> String {
         format!("oauth2 {grant} {} at {}", self.client_id, self.uri)
     }
@@ -83,8 +81,7 @@ impl Endpoint {
             .body(Full::new(form.into_body()))
             .expect("a POST to a valid URI with valid headers");
 
-        // The lifetime counts from before the request: the token is never thought to live
-        // longer than it does.
+        // Counted from before the request, so the token never seems to live longer.
         let sent_at = cx.now();
         let mut https = self.https.clone();
         std::future::poll_fn(|ready| Service::poll_ready(&mut https, ready))
@@ -116,9 +113,8 @@ where
         .map_err(transport)
 }
 
-/// The longest `expires_in` taken: 2^32 seconds (136 years, the TokenRequest API's
-/// cap too). A longer one is a server's mistake, refused as a bad answer rather than
-/// added to the clock (past what `SystemTime` holds, the sum would panic).
+/// The longest `expires_in` taken: 2^32 seconds (136 years, the TokenRequest API's cap
+/// too). A longer one is refused: added to the clock, it could overflow `SystemTime`.
 pub(super) const MAX_EXPIRES_IN: Duration = Duration::from_secs(1 << 32);
 
 /// A token response's useful part.
@@ -160,8 +156,7 @@ impl Issued {
     }
 }
 
-/// Reads the token endpoint's answer (RFC 6749 §5.1 and §5.2). Never quotes the body:
-/// of an error, only its `error` and `error_description`.
+/// Reads the token endpoint's answer (RFC 6749 §5.1, §5.2), never quoting the body.
 pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
     let json: Option<Value> = serde_json::from_slice(body).ok();
     let field = |name| json.as_ref()?.get(name)?.as_str();
@@ -214,7 +209,6 @@ pub(super) fn parse(status: StatusCode, body: &[u8]) -> Result<Issued, Error> {
     })
 }
 
-/// `s` without control characters, cut to `max` characters.
 fn printable(s: &str, max: usize) -> String {
     s.chars().filter(|c| !c.is_control()).take(max).collect()
 }
@@ -265,9 +259,8 @@ impl fmt::Debug for Form {
     }
 }
 
-/// Appends `s` form-urlencoded (the WHATWG `application/x-www-form-urlencoded` byte
-/// serializer, which RFC 6749 Appendix B asks for): unreserved bytes as they are, space
-/// as `+`, the rest `%XX`.
+/// Appends `s` form-urlencoded (WHATWG's serializer, as RFC 6749 Appendix B asks):
+/// unreserved bytes as they are, space as `+`, the rest `%XX`.
 pub(super) fn encode_into(out: &mut String, s: &str) {
     use std::fmt::Write as _;
     for byte in s.bytes() {

@@ -1,31 +1,19 @@
 //! The symlink chain of a token path, and what to watch for it.
 //!
-//! A token path is often a symlink, or a chain of them: a Vault agent sink or a CSI mount
-//! behind `ln -s` (`/etc/app/token -> /run/vault/token`), the kubelet's `token ->
-//! ..data/token` with `..data -> ..2026_11_29_…`. The file read is the one at the end, and
-//! it changes when any link on the way is re-pointed or the file at the end is replaced.
+//! A token path is often a chain of symlinks (`ln -s` to a Vault agent sink, the kubelet's
+//! `token -> ..data/token` with `..data -> ..2026_11_29_…`), and the file read changes when
+//! any link on the way is re-pointed or the file at the end is replaced.
 //!
-//! [`Start::resolve`] follows the chain link by link, as the kernel does at `open`: each
-//! link's target is read (`readlink`), a relative one against the link's own directory, and
-//! every directory a target goes through is resolved the same way (a link among them is one
-//! more link of the chain). It returns what to watch, each as a directory and a name in it:
-//! every link, and the file at the end. Watching a name in its directory, not the file
-//! itself, is what survives a rename over it.
+//! [`Start::resolve`] follows the chain link by link, as the kernel does at `open`, and
+//! returns what to watch, each as a name in its directory (which survives a rename over
+//! it): every link, and the file at the end. Not watched: the directories above the path
+//! as given (its parent is canonicalized once), and what lies inside a directory reached
+//! through a link whose name starts with `..` (an atomic writer's payload, replaced by
+//! re-pointing that link).
 //!
-//! Not watched:
-//! - the directories above the path as given: its parent is canonicalized once (as the
-//!   kubelet's and every writer's directory stays put); the registry's health check tells
-//!   when it is no longer the same directory;
-//! - what lies inside a directory reached through a link whose name starts with `..`: the
-//!   payload of an atomic writer (the kubelet's `..data` and its timestamped directories),
-//!   which is never changed in place but replaced by re-pointing that link, which is
-//!   watched.
-//!
-//! A part of the chain that does not exist (a dangling link, a target directory removed)
-//! ends it: the missing name is watched in the last directory that exists, so that its
-//! return is an event like any other. Over [`MAX_LINKS`] links the chain is taken to loop
-//! ([`ChainError::TooManyLinks`]); what was found up to there is still watched, so that the
-//! fix is seen.
+//! A missing part ends the chain: its name is watched in the last directory that exists,
+//! so that its return is an event. Over [`MAX_LINKS`] links the chain is taken to loop;
+//! what was found up to there is still watched.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -64,7 +52,6 @@ pub(crate) struct Start {
     name: OsString,
 }
 
-/// One step of the resolution.
 enum Step {
     Root,
     Parent,
@@ -74,8 +61,7 @@ enum Step {
 }
 
 impl Start {
-    /// The start of `path`'s chain: its parent, canonicalized (the path itself is not
-    /// followed here: it is the first link of the chain).
+    /// The start of `path`'s chain: its parent, canonicalized.
     pub(crate) fn of(path: &Path) -> Self {
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -91,7 +77,7 @@ impl Start {
         }
     }
 
-    /// Follows the chain as it is now (see the module docs).
+    /// Follows the chain as it is now.
     pub(crate) fn resolve(&self) -> Chain {
         let mut chain = Chain::default();
         let (mut base, mut payload, mut links) = (self.dir.clone(), false, 0);
@@ -115,9 +101,8 @@ impl Start {
                 base = path;
                 continue;
             }
-            // A link, or the file at the end; or missing, not a directory, or not readable:
-            // its return is an event here. A payload's names are not watched: the link
-            // into it is.
+            // A link, the file at the end, or what is missing (its return is an event here).
+            // A payload's names are not watched: the link into it is.
             let entry = Entry {
                 dir: base.clone(),
                 name,

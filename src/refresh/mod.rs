@@ -1,16 +1,10 @@
-//! What keeps a store fresh in the background: the [timer] and the file
-//! [watcher](watch) (through the process-wide [registry], on the names of the
-//! file's [symlink chain](chain)), run together as the store's refresher ([`start`]).
+//! What keeps a store fresh in the background: the [timer], the file [watcher](watch)
+//! (through the process-wide [registry], on the names of the file's [symlink
+//! chain](chain)), and the [follower](follow) of another store, run together as the
+//! store's refresher ([`start`]).
 //!
 //! Each holds only a weak reference to its store: the refresher ends when the store is
-//! dropped. When it is dropped first (its runtime shut down), it tells the store, which
-//! reports it (see `WeakStore::refresher_stopped`).
-//!
-//! Following another store: a store whose credential is a part of another store's (a
-//! kubeconfig's token, client identity or CA bundle, parts of the store of the file) is
-//! fetched again as each read of that leader completes, and says the leader's watch state
-//! as its own: its fetch takes the part out of what the leader holds, so that the file is
-//! read once for all of its parts.
+//! dropped. When it is dropped first (its runtime shut down), it tells the store ([`Early`]).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -25,8 +19,7 @@ pub(crate) mod registry;
 pub(crate) mod timer;
 pub(crate) mod watch;
 
-/// What a store's refresher does: the timer's period, the files to watch, and the store
-/// to follow.
+/// What a store's refresher does.
 #[derive(Clone)]
 pub(crate) struct Plan {
     pub(crate) period: Option<Duration>,
@@ -34,9 +27,8 @@ pub(crate) struct Plan {
     pub(crate) follow: Option<Arc<dyn Leader>>,
 }
 
-/// The refresher of the store behind `store`: its timer, for a file its watcher, and for
-/// a part of another store's credential its [follower](follow), until the store is
-/// dropped. The watcher subscribes (and the store's status says so) before this returns.
+/// The refresher of the store behind `store`, until the store is dropped. The watcher
+/// subscribes (and the store's status says so) before this returns.
 pub(crate) async fn start<C: Credential>(
     store: WeakStore<C>,
     plan: Plan,
@@ -77,8 +69,10 @@ impl<C: Credential> Leader for Store<C> {
     }
 }
 
-/// Follows `leader` for the store behind `store`, until either is gone. Subscribes here,
-/// before the future first runs, so that no read of the leader is missed.
+/// Follows `leader`, for a store whose credential is a part of the leader's (a
+/// kubeconfig's token, client identity or CA bundle): fetches again as each read of the
+/// leader completes, and says the leader's watch state as its own. Subscribes here, before
+/// the future first runs, so that no read of the leader is missed.
 pub(crate) fn follow<C: Credential>(
     store: WeakStore<C>,
     leader: Arc<dyn Leader>,
@@ -99,14 +93,12 @@ pub(crate) fn follow<C: Credential>(
     }
 }
 
-/// Runs `work`, if any.
 async fn some(work: Option<impl Future<Output = ()>>) {
     if let Some(work) = work {
         work.await;
     }
 }
 
-/// Runs `work` until it ends or the store behind `store` is dropped.
 pub(crate) async fn until_closed<C: Credential>(
     store: WeakStore<C>,
     work: impl Future<Output = ()>,
@@ -117,9 +109,7 @@ pub(crate) async fn until_closed<C: Credential>(
     }
 }
 
-/// Tells the store, if it still lives, that its refresher is gone: dropped before it ended
-/// (its runtime shut down). A refresher ends only once its store is gone, so at its end
-/// there is no one to tell.
+/// Tells the store, if it still lives, that its refresher was dropped before it ended.
 struct Early<C: Credential>(WeakStore<C>);
 
 impl<C: Credential> Drop for Early<C> {

@@ -1,23 +1,15 @@
 //! The process-wide directory watch registry: one `notify` watcher per process, one watch
 //! per directory, and each event routed to the stores of the file it names.
 //!
-//! A token file is watched through names in **directories**, non-recursively: the names of
-//! its symlink chain and of the file at its end ([`chain`](super::chain)). A watch on the
-//! file itself would follow the symlink to an inode that dies at the first rotation.
+//! A file is watched through names in its directories, non-recursively
+//! ([`chain`](super::chain)): a watch on the file itself would follow the symlink to an
+//! inode that dies at the first rotation. The watcher exists only while a directory is
+//! subscribed, with a thread that checks each watched directory is still the one at its
+//! path ([`health`]).
 //!
-//! - The [`Registry`]'s table maps each canonical directory to its subscribers, by file
-//!   name: an event for `tenant-7` wakes the stores of `tenant-7` only, however many files
-//!   the directory holds ([`dispatch`]). An event that can concern every file of a directory
-//!   (the directory itself removed or replaced, an overflow, an error) wakes all of its
-//!   subscribers, whose reads then go a few at a time ([`READS_PER_DIR`]).
-//! - The watcher exists while a directory is subscribed, so an idle process holds no
-//!   inotify descriptor; with it, one thread checks that each watched directory is still
-//!   the one at its path ([`health`]), once per directory however many stores watch it.
-//! - Two locks, always taken in this order: `control` (the watcher, held across its
-//!   `watch`/`unwatch` calls) and `table` (held briefly). The event handler runs on
-//!   notify's thread and takes only `table`: `watch`/`unwatch` wait for that thread.
-//! - A store subscribes to names and is woken through a [`Signal`]; what it does then is
-//!   the watch loop's business (`super::watch`).
+//! Two locks, always taken in this order: `control` (the watcher, held across its
+//! `watch`/`unwatch` calls) and `table` (held briefly). The event handler runs on notify's
+//! thread and takes only `table`: `watch`/`unwatch` wait for that thread.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -39,36 +31,32 @@ use crate::sync::lock;
 /// How often each watched directory is checked to be still the one at its path.
 pub(super) const VERIFY_EVERY: Duration = Duration::from_secs(5);
 
-/// How many reads woken by a directory's events run at once: enough to keep a few cores
-/// busy when an event wakes every store of a crowded directory, without a blocking thread
-/// per store.
+/// How many reads woken by a directory's events run at once: a crowded directory's stores
+/// read without a blocking thread each.
 pub(crate) const READS_PER_DIR: usize = 4;
 
-/// The callback a watcher calls, on its own thread, for each event.
+/// What a watcher calls, on its own thread, for each event.
 pub(crate) type Handler = Box<dyn FnMut(notify::Result<Event>) + Send>;
 
-/// Creates a watcher that calls the handler (injectable for tests).
+/// Creates a watcher that calls the handler (a test's own, or notify's).
 pub(crate) type Factory = dyn Fn(Handler) -> notify::Result<Box<dyn Watcher + Send>> + Send + Sync;
 
 /// The registry every store uses, and the crate's one piece of process-wide state: each
 /// `notify` watcher is an inotify instance, and inotify allows 128 per user by default
-/// (`fs.inotify.max_user_instances`), shared by every process and container of that user.
-/// One watcher per store would fail at the 129th store (the `scale` example loads 10,000).
+/// (`fs.inotify.max_user_instances`), so one watcher per store would not scale.
 pub(super) static GLOBAL: LazyLock<Arc<Registry>> =
     LazyLock::new(|| Registry::new(VERIFY_EVERY, notify_factory()));
 
-/// Creates the platform's `notify` watcher (inotify on Linux).
 pub(crate) fn notify_factory() -> Box<Factory> {
     Box::new(|handler| Ok(Box::new(notify::recommended_watcher(handler)?)))
 }
 
-/// Directories, their subscribers, and the one watcher that serves them.
+/// Directories, their subscribers, and their watcher.
 pub(crate) struct Registry {
     factory: Box<Factory>,
     verify_every: Duration,
     control: Mutex<Control>,
     table: Arc<Mutex<Table>>,
-    /// Numbers subscribers.
     pub(super) next_id: AtomicU64,
 }
 
@@ -87,15 +75,13 @@ struct Table {
     last_rename: Option<usize>,
 }
 
-/// Device and inode (elsewhere, the creation time): what tells a directory from another
-/// made at the same path.
+/// What tells a directory from another made at the same path.
 type FileId = (u64, u64);
 
-/// One subscribed directory.
 struct Dir {
     /// Subscribers by the file name they watch, then by id.
     names: HashMap<OsString, HashMap<u64, Arc<Signal>>>,
-    /// The watcher holds a watch for it (maybe a stale one, after a rename).
+    /// The watcher holds a watch for it (maybe stale, after a rename).
     watched: bool,
     /// While its events flow: the watcher instance, and the directory's id when armed.
     armed: Option<(u64, FileId)>,
@@ -124,7 +110,7 @@ impl Dir {
         }
     }
 
-    /// Marks the directory as no longer the one watched at its path, with one warning.
+    /// Marks the directory as no longer the one watched at its path.
     fn lose(&mut self, dir: &Path) {
         self.armed = None;
         tracing::warn!(
@@ -154,12 +140,10 @@ impl Registry {
         })
     }
 
-    /// The read limit of a subscribed directory.
     pub(super) fn reads(&self, dir: &Path) -> Option<Arc<Semaphore>> {
         Some(lock(&self.table).dirs.get(dir)?.reads.clone())
     }
 
-    /// Routes `entry`'s events to subscriber `id`.
     pub(super) fn register(&self, entry: &Entry, id: u64, signal: &Arc<Signal>) {
         let mut table = lock(&self.table);
         let d = table.dirs.entry(entry.dir.clone()).or_insert_with(Dir::new);
@@ -169,8 +153,7 @@ impl Registry {
             .insert(id, signal.clone());
     }
 
-    /// Stops routing `entry`'s events to subscriber `id`; the directory's last entry takes
-    /// the directory's watch with it, and the last directory the watcher.
+    /// Stops routing `entry`'s events to subscriber `id`, unwatching what is left unused.
     pub(super) fn unregister(&self, entry: &Entry, id: u64) {
         let emptied = |table: &mut Table| {
             let d = table.dirs.get_mut(&entry.dir)?;
@@ -264,8 +247,7 @@ impl Registry {
         }
     }
 
-    /// Watches `dir`, starting the watcher and its health check first if there is none;
-    /// returns the watcher's instance.
+    /// Watches `dir`, starting the watcher first if there is none: its instance.
     fn watch(&self, control: &mut Control, dir: &Path) -> Result<u64, String> {
         if control.watcher.is_none() {
             let (instance, table) = (control.instance + 1, self.table.clone());
@@ -283,10 +265,9 @@ impl Registry {
     }
 }
 
-/// What an event means, on notify's thread. A name in a watched directory wakes that
-/// name's subscribers; the directory itself (removed or renamed away: lost) every
-/// subscriber of it. An overflow, or an error naming no watched directory, wakes everyone:
-/// events may have been lost.
+/// Routes an event, on notify's thread: to a name's subscribers; for the directory itself
+/// (lost if removed or renamed away), to all of its subscribers; for an overflow, or an
+/// error naming no watched directory, to everyone.
 fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Result<Event>) {
     let table = &mut *lock(table);
     let mut routed = false;
@@ -340,8 +321,8 @@ fn dispatch(table: &Mutex<Table>, instance: u64, event: notify::Result<Event>) {
     }
 }
 
-/// Whether `event` is the "both" event of a rename whose "to" came just before it
-/// (notify's inotify backend sends both): it would only cost each woken store a second read.
+/// Whether `event` is the "both" event of a rename whose "to" came just before it: a
+/// second read for nothing.
 fn repeated_rename(table: &mut Table, event: &Event) -> bool {
     match event.kind {
         EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
@@ -360,8 +341,7 @@ fn repeated_rename(table: &mut Table, event: &Event) -> bool {
 
 /// Checks every `every`, on a thread of its own, that each armed directory is still the
 /// one at its path: an unmount (notify does not report `IN_UNMOUNT`) or a renamed ancestor
-/// sends no event. Ends when the returned sender is dropped. Without a thread, a directory
-/// lost without an event waits for the timer.
+/// sends no event. Ends when the returned sender is dropped.
 fn health(table: Weak<Mutex<Table>>, every: Duration) -> mpsc::Sender<()> {
     let (stop, stopped) = mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
@@ -382,8 +362,7 @@ fn health(table: Weak<Mutex<Table>>, every: Duration) -> mpsc::Sender<()> {
     stop
 }
 
-/// Marks lost, and wakes the subscribers of, each armed directory that is no longer the
-/// one that was armed. The `stat`s run outside the lock.
+/// Marks lost, and wakes the subscribers of, each armed directory no longer at its path.
 fn check(table: &Mutex<Table>) {
     let armed: Vec<(PathBuf, u64, FileId)> = lock(table)
         .dirs
@@ -402,7 +381,6 @@ fn check(table: &Mutex<Table>) {
     }
 }
 
-/// The id of the directory at `dir`, if there is one.
 fn identity(dir: &Path) -> Option<FileId> {
     let meta = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
     #[cfg(unix)]
@@ -423,11 +401,10 @@ fn identity(dir: &Path) -> Option<FileId> {
 
 /// A coalescing wake-up ([`Notify`]) with a count of the events behind it.
 ///
-/// A rotation is a burst of events for the names of one chain (a truncate, then a write
-/// and its close; the kubelet's swap of `..data`, then the removal of the old directory).
-/// The first wakes the subscriber; the others usually arrive before its read has started,
-/// which answers them too: [`settle`](Self::settle) then drops the wake-up they left, so
-/// that the burst costs one read, not two.
+/// A rotation is a burst of events (a truncate, then a write and its close; the kubelet's
+/// swap of `..data`, then the removal of the old directory). The first wakes the
+/// subscriber; [`settle`](Self::settle) drops the wake-up the others left if they came
+/// before its read started, so that the burst costs one read.
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
     notify: Notify,

@@ -1,34 +1,15 @@
-//! The timer: re-read the source every period (when the store has one: a file's is 60 s by
-//! default, while a source that says when its tokens expire needs none), and at the
-//! moments the current token tells about.
+//! The timer: re-read the source every period, with a [spread](spread), and at the
+//! moments the current token tells about ([`next_moment`]), recomputed after every read and
+//! every rotation.
 //!
-//! **A token that a file holds** (no dates from its source) says when it changes through
-//! its claims. The kubelet rewrites a projected token at 80% of its lifetime (from `iat` to
-//! `warnafter`, or to `exp` when there is no `warnafter`) plus a jitter of up to 10 s, so
-//! the timer re-reads 10 s after that point: a `subPath` mount or a setup without a watcher
-//! picks the new token up then, not up to a period later. It also re-reads when the token
-//! becomes overdue and when it expires, so that the expiry warnings come on time, after a
-//! read that confirms the source holds nothing newer. A legacy-extended token (`exp` a
-//! year out, `warnafter` an hour out) is scheduled from `warnafter`.
+//! A token a file holds tells them through its claims: just after the kubelet's rotation
+//! point (so that a `subPath` mount or a setup without a watcher picks up the new token
+//! then), when it becomes overdue, and when it expires. A token whose source gave its
+//! dates is fetched at the moment the source asked for, else [before it
+//! expires](before_expiry).
 //!
-//! **A token whose source gave its dates** (an exec plugin's `expirationTimestamp`, a
-//! TokenRequest) is fetched again at the moment the source asked for, or else before it
-//! expires by a margin of a tenth of its lifetime (at least a minute, at most half of it),
-//! less a jitter drawn per token so that a fleet does not refresh in step.
-//!
-//! **The period** is drawn anew for each read: the period plus a jitter of up to 5% of it
-//! (at least a second, at most a quarter of the period), so that stores started together
-//! (thousands of tenants' tokens loaded at boot) spread their reads rather than read in
-//! step, as the kubelet spreads its own. The moments above keep their own jitter.
-//!
-//! The moments are recomputed from the current token after every read and every rotation.
-//! A moment further away than the next periodic read waits for it. A failed read is tried
-//! again sooner than the period: after 1 s, then twice as long each time, up to the period
-//! (five minutes without one), and never later than halfway to the current token's expiry
-//! (but at least a second apart), so that a source that comes back before the token
-//! expires is read before it does. A source that asks to be fetched again at once (its
-//! `refresh_at` not after the fetch: a TokenRequest issued by a server whose clock is ahead
-//! of ours) is asked again on the same backoff, never in a loop.
+//! A failed read, or a source that asks to be fetched again at once, is retried on a
+//! backoff ([`FIRST_RETRY`], [`retry_wait`]), never in a loop.
 
 use std::time::{Duration, SystemTime};
 
@@ -41,7 +22,7 @@ use crate::store::{Credential, OnFailure, Recency, WeakStore};
 /// The least margin before a source-given expiry.
 const MIN_MARGIN: Duration = Duration::from_secs(60);
 
-/// The first retry after a failed read; each next one waits twice as long, up to the period.
+/// The first retry after a failed read; each next waits twice as long, up to the period.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest wait between retries of a store without a period.
@@ -50,15 +31,14 @@ const MAX_RETRY: Duration = Duration::from_secs(300);
 /// The shortest period: a shorter one (zero above all) would read the source in a loop.
 pub(crate) const MIN_PERIOD: Duration = Duration::from_secs(1);
 
-/// How far a periodic read is spread past the period: 5% of it, at least a second, at most
-/// a quarter of the period.
+/// How far a periodic read is spread past the period, so that stores started together do
+/// not read in step: 5% of it, at least a second, at most a quarter of the period.
 pub(crate) fn spread(period: Duration) -> Duration {
     (period / 20).max(Duration::from_secs(1)).min(period / 4)
 }
 
 /// Re-reads the store's source every `period` (if any), and at the moments the current
-/// token tells about (see the module docs), on the store's clock, until the store is
-/// dropped.
+/// token tells about, on the store's clock, until the store is dropped.
 pub(crate) async fn run<C: Credential>(store: WeakStore<C>, period: Option<Duration>) {
     let period = period.map(|p| p.max(MIN_PERIOD));
     let Some((mut rotations, key, due, clock)) = (store.upgrade()).map(|s| {
@@ -72,8 +52,7 @@ pub(crate) async fn run<C: Credential>(store: WeakStore<C>, period: Option<Durat
         return;
     };
     let cap = period.unwrap_or(MAX_RETRY);
-    // The next read: after the retry's wait, else after the period and a jitter drawn for
-    // this timer and this read.
+    // The next read: after the retry's wait, else after the period and its jitter.
     let timer = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut reads = 0_u64;
     let mut tick = move |retry: Option<Duration>| {
@@ -86,7 +65,6 @@ pub(crate) async fn run<C: Credential>(store: WeakStore<C>, period: Option<Durat
     // Moments at or before this one were served: a timer that fires a hair early (the
     // wall clock and tokio's clock are not the same clock) must not serve one twice.
     let mut served: Option<SystemTime> = None;
-    // The backoff after a failed read (or a token due at once), before `retry_wait`.
     let mut retry = due.then_some(FIRST_RETRY);
     let mut next_tick = tick(retry);
     loop {
@@ -108,11 +86,9 @@ pub(crate) async fn run<C: Credential>(store: WeakStore<C>, period: Option<Durat
         tokio::select! {
             // Without a moment, nothing to wait for but a rotation, which brings new dates.
             () = tokio::time::sleep_until(wake.unwrap_or(now_instant)), if wake.is_some() => {}
-            // Another trigger (the watcher, a 401, a call) installed a new token: its moments
-            // replace the old token's, without a read now. (Or the store is gone: seen above.)
+            // Another trigger installed a new token: its moments replace the old token's.
             _ = rotations.changed() => continue,
         }
-        // Failures are reported by the store; the next attempt comes sooner than a period.
         let outcome = store
             .reload(Trigger::Timer, Recency::AfterNow, OnFailure::Report)
             .await;
@@ -128,8 +104,8 @@ pub(crate) async fn run<C: Credential>(store: WeakStore<C>, period: Option<Durat
         if let Some((at, _)) = moment {
             served = Some(at);
         }
-        // A read just happened: the next periodic one is a full period away (or the retry
-        // delay). After a suspended process wakes up this is one re-read, not a burst.
+        // A full period from this read: a process woken from suspension reads once, not in
+        // a burst.
         next_tick = tick(retry.map(|backoff| retry_wait(backoff, &*current, clock.now())));
     }
 }

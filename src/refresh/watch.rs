@@ -1,27 +1,12 @@
 //! The watch loop of one store: reload when a name of its files' symlink chains changes.
 //!
-//! Each store watched has a task that owns its subscription to the process-wide
-//! [`Registry`] (dropped with it) and holds only a weak reference to the store, so that it
-//! ends with the store. It subscribes to the names of each file's [chain](super::chain) (the path as
-//! given, every symlink after it, the file at the end), each in its directory, and waits on
-//! a coalescing [`Signal`]. On each wake-up it resolves the chains
-//! again (a link re-pointed: the new directories are watched and those no longer needed
-//! dropped), then reads with a read that starts after the event. The events of one
-//! rotation (a truncate, then a write; a temporary file's are for another name) cost one
-//! read: those that came before the read started are answered by it.
+//! The loop owns the store's subscription to the [`Registry`] for the names of each file's
+//! [chain](super::chain), and waits on a coalescing [`Signal`]. On each wake-up it resolves
+//! the chains again, then reads with a read that starts after the event.
 //!
-//! A read that fails right after an event (a half-written file) is retried after 10, 50
-//! and 250 ms, or sooner on the next event, and only the last failure is reported. Reads of
-//! the stores of one directory go a few at a time, so an event that wakes a crowded
-//! directory reads each file once without a blocking thread per store.
-//!
-//! When a directory of a chain is removed or renamed away, or cannot be watched at all, or
-//! a chain loops, the store reports [`WatchState::Degraded`] (the timer keeps working) and
-//! the task polls, with a backoff, until it can watch again, then reloads.
-//!
-//! Resolving the chains and watching directories touch the filesystem: they run on the
-//! blocking pool, so that a mount that stops answering holds a blocking thread, never a
-//! runtime's worker.
+//! While a directory of a chain cannot be watched, or a chain loops, the store reports
+//! [`WatchState::Degraded`] and the loop tries again with a backoff. Resolving and watching
+//! run on the blocking pool: a mount that stops answering holds no runtime worker.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,8 +22,8 @@ use super::registry::{READS_PER_DIR, Registry, Signal};
 use crate::source::Trigger;
 use crate::store::{Credential, OnFailure, Recency, WatchState, WeakStore};
 
-/// Delays before the retries of a read that failed right after an event; the last retry
-/// reports its failure.
+/// Delays before the retries of a read that failed right after an event (a half-written
+/// file); the last retry reports its failure.
 const RETRY_DELAYS: [Duration; 3] = [
     Duration::from_millis(10),
     Duration::from_millis(50),
@@ -49,8 +34,8 @@ const RETRY_DELAYS: [Duration; 3] = [
 const REARM_FIRST: Duration = Duration::from_millis(20);
 const REARM_MAX: Duration = Duration::from_secs(2);
 
-/// Subscribes the store to changes of `paths`' chains through `registry` (its watch state
-/// said before this returns), and returns the loop that reloads it on each change.
+/// Subscribes the store to changes of `paths`' chains (its watch state said before this
+/// returns), and returns the loop that reloads it on each change.
 pub(crate) async fn watch<C: Credential>(
     registry: &Arc<Registry>,
     store: WeakStore<C>,
@@ -69,7 +54,6 @@ pub(crate) async fn watch<C: Credential>(
         state: None,
         errors: Vec::new(),
     };
-    // `None` when the runtime shut down meanwhile.
     let watcher = watcher.updated().await;
     async move {
         if let Some((watcher, _)) = watcher {
@@ -81,19 +65,17 @@ pub(crate) async fn watch<C: Credential>(
 struct Watcher<C: Credential> {
     store: WeakStore<C>,
     paths: Vec<PathBuf>,
-    /// The chains' starts: their directories are canonicalized once, at the first update.
+    /// Their directories are canonicalized once, at the first update.
     starts: Vec<Start>,
-    /// Its subscription: the names it watches, each in its directory, under `id`, and what
-    /// the registry wakes.
+    /// Its subscription: the names it watches under `id`, and what the registry wakes.
     registry: Arc<Registry>,
     id: u64,
     signal: Arc<Signal>,
     entries: Vec<Entry>,
-    /// The read limit of the directory of the first entry, the path as given.
+    /// The read limit of the path's own directory.
     reads: Arc<Semaphore>,
     /// The epoch of each directory's watch when last seen, `None` when it was not watched.
     seen: HashMap<PathBuf, Option<u64>>,
-    /// The watch state last reported.
     state: Option<WatchState>,
     /// The chains' errors last logged: each is logged once.
     errors: Vec<ChainError>,
@@ -131,9 +113,8 @@ impl<C: Credential> Watcher<C> {
         }
     }
 
-    /// [`update`](Self::update) on the blocking pool, with the caller's tracing subscriber;
-    /// the watch state is said here, where the store's metrics are recorded. `None` when
-    /// the runtime shut down meanwhile.
+    /// [`update`](Self::update) on the blocking pool, with the caller's tracing subscriber.
+    /// `None` when the runtime shut down meanwhile.
     async fn updated(mut self) -> Option<(Self, bool)> {
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let (this, missed, state) = tokio::task::spawn_blocking(move || {
@@ -148,11 +129,10 @@ impl<C: Credential> Watcher<C> {
         Some((this, missed))
     }
 
-    /// Resolves the chains again, watches exactly what they need (new names added before
-    /// old ones go, so that a directory that stays is not unwatched in between), and
-    /// returns the watch state when it changed, and whether a directory was armed since it
-    /// was last seen (again, or a link re-pointed into it): what was written there before
-    /// is in no event.
+    /// Resolves the chains again and watches exactly what they need (new names added
+    /// before old ones go, so that a directory that stays is not unwatched in between).
+    /// Returns whether a directory was armed since it was last seen (what was written there
+    /// before is in no event), and the watch state when it changed.
     fn update(&mut self) -> (bool, Option<WatchState>) {
         if self.starts.is_empty() {
             self.starts = self.paths.iter().map(|p| Start::of(p)).collect();
@@ -204,9 +184,8 @@ impl<C: Credential> Watcher<C> {
         (missed, changed)
     }
 
-    /// Reads again after an event. A failed read is retried after each delay in
-    /// [`RETRY_DELAYS`], or sooner when another event comes; only the last failure is
-    /// reported. Returns `false` when the store is gone.
+    /// Reads again after an event, retrying after each of [`RETRY_DELAYS`] or sooner on
+    /// another event. Returns `false` when the store is gone.
     async fn read(&self) -> bool {
         let signal = &self.signal;
         let mut delays = RETRY_DELAYS.into_iter();
@@ -237,8 +216,8 @@ impl<C: Credential> Watcher<C> {
 }
 
 impl<C: Credential> Drop for Watcher<C> {
-    /// Unsubscribes on the blocking pool when dropped in a runtime: the last subscriber of
-    /// a directory unwatches it, under the lock a watch of a hung directory may hold.
+    /// Unsubscribes on the blocking pool when in a runtime: unwatching may wait on the lock
+    /// a watch of a hung directory holds.
     fn drop(&mut self) {
         let (registry, id) = (self.registry.clone(), self.id);
         let entries = std::mem::take(&mut self.entries);

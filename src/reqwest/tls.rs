@@ -1,5 +1,4 @@
-//! [`TlsMiddleware`]: reqwest requests on connections made with the current client
-//! certificate and CA bundle (features `reqwest` and `tls`).
+//! [`TlsMiddleware`]: reqwest requests on clients made for the current TLS credentials.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -19,38 +18,17 @@ use crate::tls::{IdentityStore, RootStore};
 /// Builds the `reqwest::ClientBuilder` each generation's client starts from.
 type MakeBuilder = Arc<dyn Fn() -> ClientBuilder + Send + Sync>;
 
-/// A [`reqwest_middleware::Middleware`] that sends each request on a `reqwest::Client` made
-/// for the credentials current now: a client that trusts the [`RootStore`]'s CA bundle and
-/// presents the [`IdentityStore`]'s certificate, built again (with its own connection
-/// pool) when either rotates. What [`HttpsClient`](crate::tls::HttpsClient) does for
-/// hyper-util, for reqwest:
+/// A [`reqwest_middleware::Middleware`] that sends each request on a `reqwest::Client`
+/// made for the current credentials (the [`RootStore`]'s CA bundle, the
+/// [`IdentityStore`]'s certificate), built anew with its own pool when either rotates:
+/// what [`HttpsClient`](crate::tls::HttpsClient) does for hyper-util, for reqwest. A
+/// refused request goes again if `Request::try_clone` can copy it; a 401 to one with a
+/// token, through a retrying [`BearerMiddleware`](super::BearerMiddleware).
 ///
-/// - a request that starts after the identity or the bundle rotated never goes out on a
-///   connection made before (reqwest's pool would reuse an idle one for up to
-///   `pool_idle_timeout`); requests already in flight finish on theirs, and the old pool
-///   closes its connections once they are done;
-/// - a handshake the server refuses for the certificate, a 401 on a connection already
-///   made, or a server certificate the bundle does not verify reloads the credential it
-///   points at, once for a burst of them (at most one read a second while the same one
-///   keeps being refused), and the request is sent once more on a new connection when
-///   [`reqwest::Request::try_clone`] can copy it (after a retrying
-///   [`BearerMiddleware`](super::BearerMiddleware), a 401 is that one's to send again,
-///   with the new token and the new certificate together).
-///
-/// It sends the request itself, on the client of the current credentials: put it last,
-/// after any other middleware (a [`BearerMiddleware`](super::BearerMiddleware) comes
-/// before it). The `reqwest::Client` the `ClientWithMiddleware` is built on is not used:
-/// build it with [`client`](Self::client), as in the example, which needs no process-wide
-/// rustls provider (`reqwest::Client::new()` over reqwest's rustls backend without a
-/// provider panics unless the application installed one). Each generation's client
-/// comes from
-/// [`client_builder`](Self::client_builder) (reqwest's defaults by default), with this
-/// crate's rustls configuration: reqwest's `rustls-no-provider` backend, rustls's
-/// provider as [the `tls` module](crate::tls#tls-providers) says, HTTP/2 and HTTP/1.1 by
-/// ALPN, session resumption off.
+/// It sends the request itself: put it last, and build the `ClientWithMiddleware` on
+/// [`client`](Self::client).
 ///
 /// [`reqwest_middleware::Middleware`]: https://docs.rs/reqwest-middleware/0.5/reqwest_middleware/trait.Middleware.html
-/// [`reqwest::Request::try_clone`]: https://docs.rs/reqwest/0.13/reqwest/struct.Request.html#method.try_clone
 ///
 /// # Examples
 ///
@@ -107,8 +85,7 @@ struct Generation {
 }
 
 impl TlsMiddleware {
-    /// Requests to servers that `roots`' CA bundle verifies, with no client certificate,
-    /// on clients from `reqwest::Client::builder()`.
+    /// Requests to servers `roots` verifies, with no client certificate.
     pub fn new(roots: RootStore) -> Self {
         Self::build(
             Stores {
@@ -126,17 +103,13 @@ impl TlsMiddleware {
         Self::build(stores, self.shared.make.clone())
     }
 
-    /// A `reqwest::Client` to build the `reqwest_middleware::ClientWithMiddleware` on, which
-    /// wants one although this middleware sends each request on a client of its own (see
-    /// the [example](Self#examples)). Made with the stores' rustls configuration, with
-    /// rustls's provider as [the `tls` module](crate::tls#tls-providers) says: unlike
-    /// `reqwest::Client::new()` over reqwest's `rustls-no-provider` backend, it needs no
-    /// process-wide provider.
+    /// A `reqwest::Client` to build the `ClientWithMiddleware` on (it sends nothing):
+    /// unlike `reqwest::Client::new()` over reqwest's `rustls-no-provider` backend, it
+    /// needs no process-wide provider ([TLS providers](crate::tls#tls-providers)).
     ///
     /// # Errors
     ///
-    /// reqwest's, when it cannot build a client (the system's proxy settings or root
-    /// certificates cannot be read, ...).
+    /// reqwest's, when it cannot build a client (unreadable proxy settings, ...).
     pub fn client(&self) -> std::result::Result<Client, ::reqwest::Error> {
         Client::builder()
             .tls_backend_preconfigured(self.shared.stores.client_config())
@@ -144,7 +117,7 @@ impl TlsMiddleware {
     }
 
     /// Each generation's client starts from the builder `make` returns (timeouts, proxies,
-    /// redirect policy, ...); its TLS settings are replaced by the stores'.
+    /// ...), its TLS settings the stores' (HTTP/2 and HTTP/1.1 by ALPN).
     pub fn client_builder(self, make: impl Fn() -> ClientBuilder + Send + Sync + 'static) -> Self {
         Self::build(self.shared.stores.clone(), Arc::new(make))
     }
@@ -178,7 +151,6 @@ impl Generation {
 }
 
 impl Generation {
-    /// Its client, or why it could not be built, as the middleware's error.
     fn client(&self) -> Result<&Client> {
         self.client
             .as_ref()
@@ -187,8 +159,7 @@ impl Generation {
 }
 
 impl Shared {
-    /// The client of the credentials current now: a new one when they are newer than the
-    /// current client's.
+    /// The client of the credentials current now.
     fn generation(&self) -> Arc<Generation> {
         let now = self.stores.generations();
         if let Some(current) = &*self.current.load()
@@ -199,8 +170,7 @@ impl Shared {
         self.newer(now)
     }
 
-    /// The first client, or one for credentials newer than the current client's; one
-    /// build for callers that race to it.
+    /// The first client, or one for newer credentials; one build for racing callers.
     #[cold]
     fn newer(&self, now: Generations) -> Arc<Generation> {
         let _building = lock(&self.building);
@@ -248,9 +218,8 @@ impl Answer {
     }
 }
 
-/// Whose credential a request's outcome refused, if any: a 401 the identity (a server
-/// that refuses a certificate on a connection already made answers so), an error whose
-/// causes hold the server's certificate alert or our verifier's unknown issuer.
+/// Whose credential `outcome` refused: a 401 the identity's, an error whose causes hold a
+/// certificate alert or an unknown issuer ([`blame`]).
 fn refused(outcome: &std::result::Result<Response, ::reqwest::Error>) -> Option<Blame> {
     match outcome {
         Ok(response) => (response.status() == StatusCode::UNAUTHORIZED).then_some(Blame::Identity),
@@ -275,7 +244,6 @@ impl Middleware for TlsMiddleware {
         let token = req.headers().contains_key(http::header::AUTHORIZATION);
         let generation = self.shared.generation();
         let client = generation.client()?;
-        // The copy is made before the request goes: sending consumes it.
         let replay = req.try_clone();
         let outcome = client.execute(req).await;
         let Some(blame) = refused(&outcome) else {
@@ -286,8 +254,7 @@ impl Middleware for TlsMiddleware {
             return Ok(outcome?);
         };
         let outcome = match (token, outcome) {
-            // A 401 (the one answer `refused` takes for a refusal): the middleware before
-            // this one sends it again, and the identity reloads first.
+            // A 401 with a token: the identity reloads, the middleware before resends.
             (true, Ok(mut response)) => {
                 if refusal.renew().await {
                     response.extensions_mut().insert(Renewed);
@@ -313,7 +280,6 @@ impl Middleware for TlsMiddleware {
             // Nothing newer to send it with.
             return answer.into_result();
         }
-        // The client of the credentials current now: a connection made with the new one.
         let generation = self.shared.generation();
         let client = generation.client()?;
         refusal.resending();

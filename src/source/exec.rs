@@ -13,9 +13,8 @@ use super::{FetchContext, Fetched, TokenSource};
 mod credential;
 mod error;
 
-/// A plugin's output read as a run reads it, for the fuzz targets (`--cfg fuzzing`, which
-/// cargo-fuzz sets; never in a normal build): what a token store's run answers, and what
-/// an identity store's would, each with its expiry.
+/// For the fuzz targets (`--cfg fuzzing`): a plugin's output as a token store's run and an
+/// identity store's would answer it.
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub fn fuzz_parse_credential(
@@ -35,23 +34,19 @@ mod run;
 pub(crate) use credential::{ApiVersion, ClusterInfo};
 pub use error::ExecError;
 
-/// How long a plugin may run by default: logging in to a cloud provider takes seconds.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The most a plugin may print by default.
 const MAX_OUTPUT: usize = 1024 * 1024;
 
 /// Whether the plugin may talk to the user (a kubeconfig's `interactiveMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub(crate) enum InteractiveMode {
-    /// Never: standard input is empty, standard error is captured for error messages.
+    /// Empty standard input; standard error captured for error messages.
     Never,
-    /// When standard input is a terminal, the plugin shares it (and standard error) and
-    /// may prompt; otherwise as `Never`. The default, as for client-go's `v1beta1`.
+    /// Shares the terminal when standard input is one.
     #[default]
     IfAvailable,
-    /// The plugin needs a terminal: without one it is not run, and the fetch fails with
-    /// [`ExecError::NeedsTerminal`] at once rather than hang. Only from a kubeconfig.
+    /// Needs a terminal: without one, [`ExecError::NeedsTerminal`] rather than a hang.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     Always,
 }
@@ -59,31 +54,21 @@ pub(crate) enum InteractiveMode {
 /// A Kubernetes exec credential plugin (`aws eks get-token`,
 /// `gke-gcloud-auth-plugin`, `kubelogin`, Teleport, Pinniped) as a token source.
 ///
-/// The plugin is run as client-go runs it: the process's environment plus the configured
-/// `env`, and `KUBERNETES_EXEC_INFO` holding an `ExecCredential` with `spec.interactive`
-/// (and `spec.cluster` when the cluster is provided). It prints an `ExecCredential` of the
-/// same `apiVersion` whose `status.token` becomes the token and whose
-/// `status.expirationTimestamp`, when present, its expiry. Built by hand with
-/// [`ExecSource::new`] and its setters, or (feature `kube`) from a kubeconfig's
-/// `ExecConfig` with `ExecSource::try_from(&exec)`.
+/// The plugin is run as client-go runs it, with `KUBERNETES_EXEC_INFO`, and prints an
+/// `ExecCredential` whose `status.token` becomes the token and whose
+/// `status.expirationTimestamp`, if any, its expiry.
 ///
 /// The store built on it does the rest:
-/// - the plugin runs in a child process (`tokio::process`, no worker blocked), never twice
-///   at once, with a time limit (60 s by default for this source); a run that goes over
-///   the limit (or fails) ends with the plugin killed. On Unix a plugin that does not
-///   share the terminal runs in a process group of its own, killed whole, so that a
+/// - the plugin runs in a child process, never twice at once, with a time limit; a run
+///   that goes over it (or fails) ends with the plugin killed. On Unix a plugin that does
+///   not share the terminal runs in a process group of its own, killed whole, so that a
 ///   wrapper's children (`sh -c 'helper & wait'`) do not outlive it; on Windows only the
 ///   plugin process itself is killed, and processes it started may keep running;
-/// - a credential with an expiry is fetched again before it expires, by a tenth of its
-///   lifetime (at least a minute, at most half of it) less a per-token jitter; one without
-///   an expiry is kept until a server refuses it;
-/// - a 401 runs the plugin again (once per burst of 401s, at most once a second while the
-///   new token keeps being refused), and with
-///   [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) the request is sent
-///   again with the new token;
-/// - a failed run (not found, non-zero exit, invalid output, an empty token, the wrong
-///   `kind` or `apiVersion`) keeps the last good token and is reported with an
-///   [`ExecError`] that says which, after the command.
+/// - a credential with an expiry is fetched again before it expires (see
+///   [`Fetched::with_expires_at`]); one without is kept until a server refuses it;
+/// - a refusal runs the plugin again (at most once per
+///   [`unauthorized_reload_interval`](crate::StoreBuilder::unauthorized_reload_interval));
+/// - a failed run keeps the last good token and is reported with an [`ExecError`].
 ///
 /// # Examples
 ///
@@ -106,19 +91,9 @@ pub(crate) enum InteractiveMode {
 ///
 /// # From a kubeconfig
 ///
-/// With the `kube` feature, an `ExecSource` converts from a kubeconfig's
-/// `kube::config::ExecConfig` (`ExecSource::try_from(&exec)`, with the cluster for
-/// `provideClusterInfo`), and [`bearer_reload::kube`] uses it for every config whose user
-/// has an `exec` section. A credential that holds a client certificate and no token fails
-/// a token store ([`ExecError::ClientCertificate`]); with feature `tls`,
-/// `tls::IdentityStore::exec` loads its certificate and key as a client identity (and
-/// [`bearer_reload::kube`] does so for a config whose plugin returns one).
-///
-/// # Sharing one plugin between clients
-///
-/// Each store runs its own plugin. Clients of one kubeconfig user that should run the
-/// plugin once per rotation between them share one store: load it once and give a clone
-/// to each client (see [`bearer_reload::kube`]).
+/// With feature `kube`, `ExecSource::try_from(&exec)` reads a kubeconfig's `ExecConfig`, as
+/// [`bearer_reload::kube`] does. A credential with a client certificate and no token fails
+/// a token store ([`ExecError::ClientCertificate`]): `tls::IdentityStore::exec` loads it.
 ///
 #[cfg_attr(feature = "kube", doc = "[`bearer_reload::kube`]: crate::kube")]
 #[cfg_attr(
@@ -136,21 +111,17 @@ pub struct ExecSource {
     install_hint: Option<String>,
     cluster: Option<ClusterInfo>,
     max_output: usize,
-    /// Whether standard input is a terminal: `None` asks the OS at each run.
+    /// `None` asks the OS at each run.
     stdin_terminal: Option<bool>,
-    /// What the fetch answers with.
     wants: Wants,
-    /// Set when a run that answered with the token also returned a client certificate
-    /// (shared by clones): the `kube` module then loads the certificate too.
+    /// A token run also returned a client certificate, which the `kube` module then loads.
     saw_certificate: Arc<AtomicBool>,
-    /// A certificate a token run got (shared by clones): the first run of an
-    /// [`ExecSource::client_certificate`] clone takes it instead of running the plugin
-    /// again, so that loading both stores runs the plugin once.
+    /// A certificate a token run got, for the first run of a
+    /// [`client_certificate`](ExecSource::client_certificate) clone instead of its own.
     #[cfg(feature = "tls")]
     handover: Arc<std::sync::Mutex<Option<Handover>>>,
 }
 
-/// What an [`ExecSource`]'s fetch answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wants {
     /// `status.token`.
@@ -161,8 +132,7 @@ enum Wants {
 }
 
 impl fmt::Debug for ExecSource {
-    /// The command, how many arguments it has and the names of its variables: an
-    /// argument (`--oidc-client-secret=...`) or the value of a variable may be a secret.
+    /// The command, without its arguments and variables' values, which may be secrets.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let env: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
         f.debug_struct("ExecSource")
@@ -177,10 +147,8 @@ impl fmt::Debug for ExecSource {
 }
 
 impl ExecSource {
-    /// The plugin `command`: a name looked up on `PATH`, or a path. Defaults: no
-    /// arguments, `apiVersion` `client.authentication.k8s.io/v1`,
-    /// the terminal shared when standard input is one (a kubeconfig's `interactiveMode:
-    /// IfAvailable`), output up to 1 MiB.
+    /// The plugin `command` (a name looked up on `PATH`, or a path), speaking
+    /// `client.authentication.k8s.io/v1`.
     pub fn new(command: impl Into<PathBuf>) -> Self {
         Self {
             command: command.into(),
@@ -218,15 +186,13 @@ impl ExecSource {
         self
     }
 
-    /// A variable of the process's environment not passed to the plugin (kube's
-    /// `drop_env`).
+    /// A variable of the process's environment not passed to the plugin.
     pub fn drop_env(mut self, name: impl Into<OsString>) -> Self {
         self.drop_env.push(name.into());
         self
     }
 
-    /// Speak `client.authentication.k8s.io/v1beta1` with the plugin instead of `v1`: the
-    /// `apiVersion` of the `ExecCredential` it is given and must answer in.
+    /// Speak `client.authentication.k8s.io/v1beta1` with the plugin instead of `v1`.
     pub fn v1beta1(self) -> Self {
         self.api_version(ApiVersion::V1Beta1)
     }
@@ -236,15 +202,12 @@ impl ExecSource {
         self
     }
 
-    /// Never give the plugin the terminal, even when standard input is one (a
-    /// kubeconfig's `interactiveMode: Never`): its standard input is empty, its standard
-    /// error is captured for error messages, and `KUBERNETES_EXEC_INFO` says
-    /// `interactive: false`. By default it shares the terminal when there is one.
+    /// Never give the plugin the terminal (a kubeconfig's `interactiveMode: Never`); by
+    /// default it shares it when standard input is one.
     pub fn never_interactive(self) -> Self {
         self.interactive_mode(InteractiveMode::Never)
     }
 
-    /// Whether the plugin may use the terminal: from a kubeconfig's `interactiveMode`.
     pub(crate) fn interactive_mode(mut self, mode: InteractiveMode) -> Self {
         self.interactive = mode;
         self
@@ -256,17 +219,15 @@ impl ExecSource {
         self
     }
 
-    /// The most the plugin may print, in bytes (default 1 MiB): a run that prints more is
-    /// refused, and the plugin killed, as soon as it does.
+    /// The most the plugin may print, in bytes (default 1 MiB): past it, the run fails.
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
         self
     }
 
-    /// Resolves a relative command that contains a path separator (`./bin/auth`,
-    /// `bin/auth`) against `dir`, the directory of the kubeconfig that names it, as kubectl
-    /// does; a bare name (`aws`) stays a `PATH` lookup. `kube::config::Kubeconfig::read_from`
-    /// has already done this for configs it reads.
+    /// Resolves a relative command that contains a path separator (`./bin/auth`) against
+    /// `dir`, the directory of the kubeconfig that names it, as kubectl does (and kube's
+    /// `Kubeconfig::read_from`); a bare name stays a `PATH` lookup.
     pub fn resolve_against(mut self, dir: impl AsRef<Path>) -> Self {
         let has_separator = self.command.components().count() > 1;
         if has_separator && self.command.is_relative() {
@@ -281,8 +242,7 @@ impl ExecSource {
         &self.command
     }
 
-    /// The same plugin, answering with its client certificate and key as PEM (for
-    /// `tls::IdentityStore::exec`).
+    /// The same plugin, answering with its client certificate and key as PEM.
     #[cfg(feature = "tls")]
     pub(crate) fn client_certificate(mut self) -> Self {
         self.wants = Wants::ClientCertificate;
@@ -290,7 +250,6 @@ impl ExecSource {
         self
     }
 
-    /// Whether a run that answered with the token also returned a client certificate.
     #[cfg(all(feature = "kube", feature = "tls"))]
     pub(crate) fn saw_certificate(&self) -> bool {
         self.saw_certificate.load(Ordering::Relaxed)
@@ -300,8 +259,7 @@ impl ExecSource {
         self.command.display().to_string()
     }
 
-    /// Whether the plugin shares the terminal this run; an error when it needs one and
-    /// there is none.
+    /// Whether the plugin shares the terminal this run.
     fn shares_terminal(&self) -> Result<bool, ExecError> {
         let is_terminal = self
             .stdin_terminal
@@ -314,16 +272,15 @@ impl ExecSource {
         Ok(is_terminal && self.interactive != InteractiveMode::Never)
     }
 
-    /// Drops a certificate a token run got that no identity store took: the key is not
-    /// kept for the life of the token's store.
+    /// Drops a certificate no identity store took: the key is not kept for the life of
+    /// the token's store.
     #[cfg(all(feature = "kube", feature = "tls"))]
     pub(crate) fn drop_handover(&self) {
         drop(crate::sync::lock(&self.handover).take());
     }
 }
 
-/// A client certificate and key a token run got, waiting for the identity store's first
-/// run. The key is wiped when dropped.
+/// A client certificate and key a token run got, for the identity store's first run.
 #[cfg(feature = "tls")]
 struct Handover {
     fetched: Fetched,
@@ -332,20 +289,17 @@ struct Handover {
     _live: tests::Live,
 }
 
-/// The certificate and its key as one PEM.
 fn pem(cert: &str, key: &str) -> Vec<u8> {
     // One allocation of the exact size: no copy of the key left behind by a growth.
     [cert.as_bytes(), b"\n", key.as_bytes()].concat()
 }
 
-/// `bytes`, expiring at `expires_at` when there is one.
 fn expiring(bytes: Vec<u8>, expires_at: Option<SystemTime>) -> Fetched {
     expires_at
         .into_iter()
         .fold(Fetched::new(bytes), Fetched::with_expires_at)
 }
 
-/// What a run answers with, out of the plugin's checked credential.
 fn answer(
     mut credential: credential::Credential,
     wants: Wants,
@@ -372,7 +326,6 @@ impl TokenSource for ExecSource {
     async fn fetch(&self, _cx: FetchContext) -> Result<Fetched, ExecError> {
         #[cfg(feature = "tls")]
         if self.wants == Wants::ClientCertificate {
-            // Taken out under the lock, and the lock let go before anything else.
             let handover = crate::sync::lock(&self.handover).take();
             if let Some(handover) = handover {
                 return Ok(handover.fetched);
@@ -381,8 +334,8 @@ impl TokenSource for ExecSource {
         let stdout = run::run(self, self.shares_terminal()?).await?;
         let credential = credential::parse(&stdout, self.api_version, &self.name())?;
         drop(stdout);
-        // Handed over when the identity store is about to load: after a run with no token,
-        // or the first run with both (later ones would hand over what may be refused).
+        // Handed over after a run with no token, or the first run with both (a later one's
+        // may be refused).
         #[cfg(feature = "tls")]
         if self.wants == Wants::Token
             && let Some((cert, key)) = &credential.certificate

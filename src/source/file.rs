@@ -9,8 +9,8 @@ use zeroize::Zeroizing;
 
 use super::{FetchContext, Fetched, TokenSource};
 
-/// Why a token file could not be read. The store's [`LoadError`](crate::LoadError) that
-/// wraps it names the path first; none of them holds the token.
+/// Why a token file could not be read; the [`LoadError`](crate::LoadError) that wraps it
+/// names the path.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileError {
@@ -40,8 +40,7 @@ pub enum FileError {
         max: usize,
     },
     /// An earlier read of this file has still not returned (a dead mount, a FIFO without a
-    /// writer): no second read is started behind it, so a stuck file holds at most one
-    /// blocking thread.
+    /// writer), and no second read is started behind it.
     #[error(
         "an earlier read has been stuck for {stuck_for:?} (a dead mount, or a FIFO without \
          a writer?); not starting another"
@@ -54,30 +53,16 @@ pub enum FileError {
     },
 }
 
-/// A token file, read whole on every fetch.
+/// A token file, read whole on every fetch (see the [crate docs](crate) for an example).
 ///
-/// # Examples
-///
-/// ```no_run
-/// # async fn run() -> Result<(), bearer_reload::LoadError> {
-/// use bearer_reload::TokenStore;
-/// use bearer_reload::source::FileSource;
-///
-/// let path = "/var/run/secrets/kubernetes.io/serviceaccount/token";
-/// let store = TokenStore::builder(FileSource::new(path)).load().await?;
-/// # let _ = store; Ok(()) }
-/// ```
-///
-/// Reads run on tokio's blocking pool, at most one at a time: the store's time limit
-/// gives up on a read that hangs, and until that read returns, later fetches fail at once
-/// with [`FileError::Stuck`] rather than leaving one more blocking thread behind each.
-/// Reads stop one byte past the store's size cap; a regular file over the cap is refused
-/// from its length, without reading it.
+/// Reads run on tokio's blocking pool, at most one at a time: until a read that hangs
+/// returns, later fetches fail at once with [`FileError::Stuck`], so a stuck file holds at
+/// most one blocking thread. A regular file over the store's size cap is refused from its
+/// length, without reading it.
 #[derive(Debug, Clone)]
 pub struct FileSource {
     path: PathBuf,
-    /// When the read now running started: the read holds the only strong reference, so
-    /// this upgrades while it runs, and no longer once it ends or is dropped unrun.
+    /// When the read now running started: the read holds the only strong reference.
     busy: Arc<Mutex<Weak<Instant>>>,
 }
 
@@ -133,8 +118,8 @@ impl TokenSource for FileSource {
     }
 }
 
-/// Reads at most `max_size + 1` bytes of `path` (one more than the store accepts, so that
-/// an oversize stream is still refused by the token's validation).
+/// Reads at most `max_size + 1` bytes of `path`, so that an oversize stream is still
+/// refused by the token's validation.
 fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileError> {
     let io_err = |source: io::Error| FileError::Read {
         path: path.to_owned(),
@@ -147,7 +132,6 @@ fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileErr
             path: path.to_owned(),
         });
     }
-    // A regular file's length is known: refuse a huge one without touching its contents.
     if meta.is_file() && meta.len() > max_size as u64 {
         return Err(FileError::TooLarge {
             path: path.to_owned(),
@@ -156,15 +140,13 @@ fn read_file(path: &Path, max_size: usize) -> Result<Zeroizing<Vec<u8>>, FileErr
         });
     }
     let cap = max_size.saturating_add(1);
-    // Room for the file as its length says, or (a pipe, a file of unknown length) for a
-    // token of the default cap: the buffer moves, leaving an unwiped copy, only past that,
-    // or if a file grows while it is read, which no atomic writer does.
+    // Room for the file's length (for a pipe, the default cap): the buffer moves, leaving
+    // an unwiped copy, only past that.
     let room = match meta.len() {
         0 => crate::token::DEFAULT_MAX_SIZE,
         len => usize::try_from(len).unwrap_or(usize::MAX),
     };
     let mut bytes = Zeroizing::new(Vec::with_capacity(room.min(cap)));
-    // The length can change under us (or be unknown for a pipe): never read past cap + 1.
     file.take(cap as u64)
         .read_to_end(&mut bytes)
         .map_err(io_err)?;

@@ -6,13 +6,11 @@ use std::sync::Arc;
 
 use super::{BoxError, BoxFetch, FetchContext, Fetched, TokenSource};
 
-/// A named async closure returning the token's bytes: a secret manager's client, a
-/// command's output, anything this crate has no source for.
+/// A named async closure returning the token's bytes.
 ///
-/// The closure's error is the fetch's error, boxed: the store's
-/// [`LoadError`](crate::LoadError) names the source (`loader <name>`) before it, and
-/// [`LoadError::downcast_ref`](crate::LoadError::downcast_ref) gets it back. A closure must
-/// not put the token in its errors.
+/// The closure's error is the fetch's, boxed:
+/// [`LoadError::downcast_ref`](crate::LoadError::downcast_ref) gets it back. It must not
+/// hold the token.
 ///
 /// # Examples
 ///

@@ -1,26 +1,15 @@
 //! Where token bytes come from: the [`TokenSource`] trait and its implementations.
 //!
-//! A source answers one question, "what is the token now?", with the bytes of the token and,
-//! when it knows them, when the token expires and when it would like to be asked again
-//! ([`Fetched`]). Everything else comes from the [`TokenStore`](crate::TokenStore) built
-//! on it: one fetch at a time however many callers ask (single flight), a time limit on
-//! each fetch, validation, keep-last-good, the timer, the watcher for a file, 401
-//! handling, and [`status`](crate::TokenStore::status).
-//!
-//! Provided here:
-//! - [`FileSource`]: a token file (a projected service-account token, a kubeconfig
-//!   `tokenFile`, a Vault agent sink);
+//! A source answers one question, "what is the token now?" ([`Fetched`]); the
+//! [`TokenStore`](crate::TokenStore) built on it does the rest. Provided here:
+//! - [`FileSource`]: a token file;
 //! - [`FnSource`]: an async closure;
-//! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`,
-//!   `kubelogin`, ...);
-//! - [`TokenRequestSource`] (feature `kube`): audience-bound service-account tokens from the
-//!   Kubernetes TokenRequest API, refreshed by the kubelet's rule.
-//! - `oauth2::ClientCredentials` and `oauth2::TokenExchange` (feature `oauth2`): OAuth 2.0
-//!   service tokens.
+//! - [`ExecSource`]: a Kubernetes exec credential plugin (`aws eks get-token`, ...);
+//! - [`TokenRequestSource`] (feature `kube`): the Kubernetes TokenRequest API;
+//! - `oauth2::ClientCredentials` and `oauth2::TokenExchange` (feature `oauth2`).
 //!
 //! Implement [`TokenSource`] for anything else (a secret manager's client, a cloud
-//! metadata server) and build a store on it with
-//! [`TokenStore::builder`](crate::TokenStore::builder):
+//! metadata server):
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -47,7 +36,6 @@
 //!
 //! let store = TokenStore::builder(ClientCredentials).load().await?;
 //! assert_eq!(store.current().header_value(), "Bearer access-token-from-the-idp");
-//! // Refreshed before it expires, by the timer, with a margin.
 //! assert!(store.status().expires_at.is_some());
 //! # Ok(()) }
 //! ```
@@ -84,18 +72,14 @@ pub use token_request::fuzz_parse_response;
 #[cfg(feature = "kube")]
 pub use token_request::{TokenRequestError, TokenRequestSource};
 
-/// How often a file (or a closure) is read again by default.
 pub(crate) const FILE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
-/// How long a fetch may take by default: a file read or a closure.
 pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Any error, boxed: what the store keeps of a source's error.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// What a source returned: the token's bytes, and what the source knows about its dates.
-///
-/// The bytes are secret: `Debug` shows only their length, and they are wiped when dropped.
+/// What a source returned: the token's bytes (`Debug` shows only their length; wiped when
+/// dropped), and what the source knows about its dates.
 #[derive(Clone)]
 pub struct Fetched {
     bytes: Zeroizing<Vec<u8>>,
@@ -104,8 +88,7 @@ pub struct Fetched {
 }
 
 impl Fetched {
-    /// The token's bytes, as the source holds them: surrounding whitespace is trimmed and
-    /// the rest validated by the store.
+    /// The token's bytes, which the store trims and validates.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
         Self {
             bytes: Zeroizing::new(bytes.into()),
@@ -115,36 +98,33 @@ impl Fetched {
     }
 
     /// Says when the token stops being valid (an `ExecCredential`'s
-    /// `expirationTimestamp`, a TokenRequest's `expirationTimestamp`, an OAuth2
-    /// `expires_in`). Without it the store falls back on a JWT's `exp`.
+    /// `expirationTimestamp`, an OAuth2 `expires_in`). Without it the store falls back on a
+    /// JWT's `exp`.
     ///
     /// Unless [`with_refresh_at`](Self::with_refresh_at) says otherwise, the store's timer
-    /// fetches again before this moment, with a margin of a tenth of the token's lifetime
-    /// (at least a minute) and a jitter, so that a fleet of clients does not refresh in
-    /// step.
+    /// fetches again before this moment by a tenth of the token's lifetime (at least a
+    /// minute, at most half of it), less a per-token jitter so that a fleet of clients does
+    /// not refresh in step.
     pub fn with_expires_at(mut self, at: SystemTime) -> Self {
         self.expires_at = Some(at);
         self
     }
 
     /// Says when the source wants to be asked again, overriding the store's rule from the
-    /// expiry (the kubelet's TokenManager, for example, refreshes at 80% of the lifetime).
+    /// expiry.
     pub fn with_refresh_at(mut self, at: SystemTime) -> Self {
         self.refresh_at = Some(at);
         self
     }
 
-    /// The bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 
-    /// The expiry the source gave, if any.
     pub(crate) fn expires_at(&self) -> Option<SystemTime> {
         self.expires_at
     }
 
-    /// The refresh moment the source asked for, if any.
     pub(crate) fn refresh_at(&self) -> Option<SystemTime> {
         self.refresh_at
     }
@@ -160,7 +140,7 @@ impl fmt::Debug for Fetched {
     }
 }
 
-/// Why the store asks a source for the token: the label of its logs and metrics.
+/// Why the store asks a source for the token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Trigger {
     /// The first fetch, when the store is built.
@@ -169,15 +149,13 @@ pub(crate) enum Trigger {
     Call,
     /// The timer: the period, or a moment the token's dates tell about.
     Timer,
-    /// The watcher saw the file change: an event in its directory, or in the directory of
-    /// a symlink on the way to it.
+    /// The watcher saw the file change (or the store it follows read).
     Watch,
     /// A server refused the current token.
     Unauthorized,
 }
 
 impl Trigger {
-    /// A short lowercase name, for logs and metric labels.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Trigger::Load => "load",
@@ -191,8 +169,8 @@ impl Trigger {
 
 /// What the store tells a source about one fetch.
 ///
-/// `FetchContext::default()` is the context of a fetch asked for by hand (a test calling
-/// a source directly): the default size cap, the system clock.
+/// `FetchContext::default()` is for a fetch asked for by hand (a test): the default size
+/// cap, the system clock.
 #[derive(Debug, Clone, Copy)]
 pub struct FetchContext {
     trigger: Trigger,
@@ -215,58 +193,43 @@ impl FetchContext {
         }
     }
 
-    /// The same context on the store's clock.
     pub(crate) fn on(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Why the token is fetched.
     #[cfg_attr(not(feature = "kube"), allow(dead_code))]
     pub(crate) fn trigger(&self) -> Trigger {
         self.trigger
     }
 
-    /// Whether a server has just refused the current token (an HTTP 401): a source that
-    /// keeps a cache of its own must not answer from it.
+    /// Whether a server has just refused the current token: a source must not answer from
+    /// a cache of its own.
     pub fn refused(&self) -> bool {
         self.trigger == Trigger::Unauthorized
     }
 
-    /// The largest token the store accepts, in bytes: a source that reads a stream (a file,
-    /// a process's output) can stop reading one byte past it.
+    /// The largest token the store accepts, in bytes: a source that reads a stream can stop
+    /// one byte past it.
     pub fn max_size(&self) -> usize {
         self.max_size
     }
 
-    /// The wall-clock time now, as the store reads it: a source that works out dates from
-    /// the present (when to refresh a token the server dated) uses it, so that it agrees
-    /// with the store (and with a test's simulated clock).
+    /// The wall-clock time now, as the store reads it (a test's simulated clock too): for
+    /// a source that works out dates from the present.
     pub fn now(&self) -> SystemTime {
         self.clock.now()
     }
 }
 
-/// Where a token comes from. Implement it for a kind of source and build a store on it
-/// with [`TokenStore::builder`](crate::TokenStore::builder); see the [module docs](self).
+/// Where a token comes from: see the [module docs](self) for an example.
 ///
-/// The store guarantees what makes a source simple to write:
-/// - `fetch` is never running twice at once for one store, however many callers, 401s and
-///   timers ask at the same moment;
-/// - a fetch that takes longer than the store's
-///   [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) is dropped (its future is
-///   dropped: a child process spawned with `kill_on_drop` dies with it) and counts as a
-///   failure;
-/// - a failed fetch, or bytes that are not a valid token, never replace the last good
-///   token; the store reports the error, naming the source by [`describe`], and the next
-///   trigger (the timer backs off, from a second up to its period) tries again.
+/// The store never runs `fetch` twice at once; drops a fetch that outlasts its
+/// [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) (a child process spawned with
+/// `kill_on_drop` dies with it); and keeps the last good token through failures, reporting
+/// each after the source's [`describe`] and retrying with a backoff.
 ///
-/// `Error`'s message must name the problem, never the token: it is logged and shown in
-/// `status()`, after the source's [`describe`] (so it need not repeat it). Any
-/// `std::error::Error + Send + Sync` will do, and so will a `Box<dyn Error + Send + Sync>`.
-///
-/// A store is shared by cloning it: two stores built on two sources that read the same
-/// thing are two stores, each with its own fetches.
+/// `Error`'s message must name the problem, never the token.
 ///
 /// [`describe`]: TokenSource::describe
 pub trait TokenSource: Send + Sync + 'static {
@@ -276,36 +239,32 @@ pub trait TokenSource: Send + Sync + 'static {
     /// Fetches the current token.
     fn fetch(&self, cx: FetchContext) -> impl Future<Output = Result<Fetched, Self::Error>> + Send;
 
-    /// Names the source in logs, errors and [`Status::source`](crate::Status::source): a
-    /// path, a command, a service account. Never the token.
+    /// Names the source in logs, errors and [`Status::source`](crate::Status::source).
+    /// Never the token.
     fn describe(&self) -> String;
 
-    /// The files this source reads, if it reads any: the store's watcher then watches each
-    /// (and the symlinks leading to it). A file ([`FileSource`]) is one; a client
-    /// certificate and its key in two files are two.
+    /// The files this source reads, if any: the store's watcher watches each (and the
+    /// symlinks leading to it).
     fn paths(&self) -> &[PathBuf] {
         &[]
     }
 
     /// How often the store fetches again when nothing else asks, unless the builder says
     /// otherwise. The default, `None`, leaves it to the token's dates (see
-    /// [`Fetched::with_expires_at`]) and to unauthorized responses: right for a source that
-    /// says when its tokens expire, and for one whose tokens are used until the server
-    /// refuses them. A file says 60 s: a cheap read, the backstop for a missed event.
+    /// [`Fetched::with_expires_at`]) and to refusals. A file says 60 s: a cheap read, the
+    /// backstop for a missed event.
     fn default_refresh_interval(&self) -> Option<Duration> {
         None
     }
 
     /// How long one fetch may take before the store gives up on it, unless the builder
     /// says otherwise ([`fetch_timeout`](crate::StoreBuilder::fetch_timeout)). The
-    /// default, 10 s, suits a file read or a call to a nearby service; an exec plugin that
-    /// logs in somewhere says 60 s.
+    /// default, 10 s, suits a file read or a call to a nearby service.
     fn default_fetch_timeout(&self) -> Duration {
         DEFAULT_FETCH_TIMEOUT
     }
 }
 
-/// A fetch with its type erased, for the store, which holds any source.
 pub(crate) type BoxFetch<'a> = Pin<Box<dyn Future<Output = Result<Fetched, BoxError>> + Send + 'a>>;
 
 /// [`TokenSource`] with its types erased.

@@ -1,6 +1,5 @@
 //! [`TokenRequestSource`]: audience-bound service-account tokens from the Kubernetes
-//! TokenRequest API, refreshed the way the kubelet refreshes them (feature `kube`). The
-//! type's docs say how.
+//! TokenRequest API (feature `kube`).
 
 use std::fmt;
 use std::time::{Duration, UNIX_EPOCH};
@@ -16,9 +15,7 @@ mod kubelet;
 mod spec;
 mod wire;
 
-/// The API server's answer read as a fetch reads it, for the fuzz targets (`--cfg
-/// fuzzing`, which cargo-fuzz sets; never in a normal build): the token with its expiry
-/// and the kubelet's refresh point seen at `now`, or the problem with `body`.
+/// For the fuzz targets (`--cfg fuzzing`): the API server's answer as a fetch reads it.
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub fn fuzz_parse_response(
@@ -37,37 +34,24 @@ use spec::{DEFAULT_EXPIRATION, Spec};
 /// Tokens of a service account from the Kubernetes TokenRequest API, refreshed the way the
 /// kubelet refreshes them.
 ///
-/// A workload that calls Vault, or another service that checks a token's audience, asks the
-/// API server for a token of a service account with that audience
-/// (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`). This source makes that
-/// request with a [`kube::Client`], whose own credentials must allow it (RBAC: `create` on
-/// `serviceaccounts/token`); the store built on it keeps the token fresh:
+/// For a service that checks a token's audience (Vault, ...): `POST
+/// /api/v1/namespaces/{ns}/serviceaccounts/{name}/token` with a [`kube::Client`] whose
+/// credentials allow it (RBAC: `create` on `serviceaccounts/token`). The store built on it:
 ///
-/// - **Refresh**: each token asks to be fetched again at the kubelet's point (its
-///   TokenManager's `requiresRefresh`): `exp − 20% of the TTL − jitter` or
-///   `iat + 24 h − jitter`, whichever comes first, jitter 0–9 s; at once when the clock is
-///   before `iat`. The store's timer fetches then, in the background: no request waits for
-///   the API.
-/// - **Failures** (403, 404, 5xx, timeouts) never replace a token that is still valid; the
-///   timer retries after 1 s, 2 s, 4 s ..., never waiting past half the time the token has
-///   left, and the store's [`status`](crate::TokenStore::status) shows the error, and
-///   `expired` once the token has expired. kube's own retry of 429/503/504 (on
-///   by default in `kube::Config`) runs inside each fetch until the store's
+/// - **Refresh**: in the background, at the kubelet's point (its TokenManager's
+///   `requiresRefresh`): `exp − 20% of the TTL − jitter` or `iat + 24 h − jitter`,
+///   whichever comes first, jitter 0–9 s; at once when the clock is before `iat`.
+/// - **Failures** never replace a token that is still valid. kube's own retry of
+///   429/503/504 runs inside each fetch until the store's
 ///   [`fetch_timeout`](crate::StoreBuilder::fetch_timeout) ends it: turn it off
 ///   (`default_retry = false`) to leave retries to the store.
-/// - **401**: with [`retry_unauthorized`](crate::BearerLayer::retry_unauthorized) (or the
-///   plain layer's reload), a token the server refuses is replaced at once, by a new
-///   request: this source keeps no cache of its own, so a revoked token (a service account
-///   deleted and created again, kubernetes#132802) is never handed out again.
-/// - **Identities**: every fetch is made with this source's client, and its store is this
-///   source's alone: a client whose credentials may not create the token gets the API
-///   server's 403, never a token another client was given. Two layers that need the same
-///   token share it by sharing one store (clone it), which makes one API call per refresh
-///   window between them.
+/// - **401**: every fetch is a new request (the store is the cache), so a token the server
+///   refuses is replaced at once, and a revoked one is never handed out again.
+/// - **Identities**: every fetch is made with this source's client, never answered with a
+///   token another client was given. Layers that need the same token share one store.
 /// - **Bad requests**: what the API would refuse (an `expirationSeconds` under 600, a name
-///   that is not a Kubernetes name, an empty audience) fails the first fetch, that is
-///   [`load`](crate::StoreBuilder::load), with an error naming the account, before any
-///   request is made.
+///   that is not a Kubernetes name, an empty audience) fails
+///   [`load`](crate::StoreBuilder::load) before any request is made.
 ///
 /// # Examples
 ///
@@ -87,8 +71,6 @@ use spec::{DEFAULT_EXPIRATION, Spec};
 /// # let _ = layer; Ok(()) }
 /// ```
 ///
-/// Every fetch is one API call: the store is the cache.
-///
 /// [`kube::Client`]: https://docs.rs/kube/5/kube/struct.Client.html
 #[derive(Clone)]
 pub struct TokenRequestSource {
@@ -98,7 +80,6 @@ pub struct TokenRequestSource {
 
 impl fmt::Debug for TokenRequestSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // What it asks for; not the client.
         f.debug_struct("TokenRequestSource")
             .field("spec", &self.spec)
             .finish_non_exhaustive()
@@ -107,7 +88,7 @@ impl fmt::Debug for TokenRequestSource {
 
 impl TokenRequestSource {
     /// Tokens of `service_account`, in the client's default namespace, requested with
-    /// `client`: for the API server's own audiences, living an hour (the API's default).
+    /// `client`.
     pub fn new(client: Client, service_account: impl Into<String>) -> Self {
         let namespace = client.default_namespace().to_owned();
         Self {
@@ -129,8 +110,7 @@ impl TokenRequestSource {
         self
     }
 
-    /// Adds an audience (`spec.audiences`): the service that checks the token. Without
-    /// any, the token is for the API server's own audiences.
+    /// Adds an audience (`spec.audiences`); without any, the API server's own.
     pub fn audience(self, audience: impl Into<String>) -> Self {
         self.audiences([audience])
     }
@@ -145,36 +125,32 @@ impl TokenRequestSource {
     }
 
     /// How long each token lives (`spec.expirationSeconds`, whole seconds; default one
-    /// hour, the API's default). The API refuses less than 10 minutes, and so does the
-    /// first fetch. The API server may shorten it (its
-    /// `--service-account-max-token-expiration`); the refresh follows what it answers.
+    /// hour). At least 10 minutes. The API server may shorten it; the refresh follows what
+    /// it answers.
     pub fn expiration(mut self, lifetime: Duration) -> Self {
         self.spec.expiration = lifetime;
         self
     }
 
-    /// Binds each token to the pod `name` (`spec.boundObjectRef`): the token is valid only
-    /// while the pod exists, as a projected token is. A token is bound to one object: a
-    /// later `bound_to_*` call replaces this one.
+    /// Binds each token to the pod `name` (`spec.boundObjectRef`): valid only while the pod
+    /// exists. A later `bound_to_*` call replaces the object.
     pub fn bound_to_pod(self, name: impl Into<String>) -> Self {
         self.bound_to("Pod", name.into())
     }
 
-    /// Binds each token to the secret `name`, as [`bound_to_pod`](Self::bound_to_pod)
-    /// does to a pod.
+    /// Binds each token to the secret `name`, as [`bound_to_pod`](Self::bound_to_pod).
     pub fn bound_to_secret(self, name: impl Into<String>) -> Self {
         self.bound_to("Secret", name.into())
     }
 
-    /// Binds each token to the node `name` (API servers from Kubernetes 1.32), as
-    /// [`bound_to_pod`](Self::bound_to_pod) does to a pod.
+    /// Binds each token to the node `name` (Kubernetes 1.32+), as
+    /// [`bound_to_pod`](Self::bound_to_pod).
     pub fn bound_to_node(self, name: impl Into<String>) -> Self {
         self.bound_to("Node", name.into())
     }
 
-    /// Only the bound object with this uid keeps the token valid: one deleted and created
-    /// again under the same name does not. Needs a `bound_to_*` call (in either order);
-    /// without one the first fetch fails with [`TokenRequestError::UidWithoutObject`].
+    /// Only the bound object with this uid keeps the token valid. Needs a `bound_to_*`
+    /// call (in either order), else [`TokenRequestError::UidWithoutObject`].
     pub fn bound_uid(mut self, uid: impl Into<String>) -> Self {
         self.spec.bound_uid = Some(uid.into());
         self
@@ -189,8 +165,7 @@ impl TokenRequestSource {
 impl TokenSource for TokenRequestSource {
     type Error = TokenRequestError;
 
-    /// Asks the API server for a new token, whatever the trigger: after a 401 above all,
-    /// nothing cached may answer.
+    /// Asks the API server for a new token, whatever the trigger.
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, TokenRequestError> {
         let checked = self.spec.check()?;
         let request = ::kube::core::Request::new(&checked.path)
@@ -236,8 +211,7 @@ impl TokenSource for TokenRequestSource {
     }
 }
 
-/// The token `issued`, due for refresh at the kubelet's point seen at `now` (with a
-/// jitter drawn from `seed` and the expiry), and that point.
+/// The token `issued`, due for refresh at the kubelet's point seen at `now`, and that point.
 fn answer(
     issued: wire::Issued,
     seed: u64,

@@ -9,18 +9,15 @@ use sha2::{Digest, Sha256};
 use super::CertificateError;
 use crate::clock::Rfc3339;
 
-/// The public facts of one X.509 certificate: who it names, who signed it, when it is
-/// valid, and its SHA-256 fingerprint. Holds no key.
-///
-/// From [`IdentityStore::certificate`](super::IdentityStore::certificate) and
-/// [`RootStore::certificates`](super::RootStore::certificates), and in the crate's logs.
+/// The public facts of one X.509 certificate (no key), as
+/// [`IdentityStore::certificate`](super::IdentityStore::certificate) and
+/// [`RootStore::certificates`](super::RootStore::certificates) give them.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Certificate {
-    /// The subject's distinguished name: its attributes in the certificate's order, `, `
-    /// between them (`CN=system:node:n1, O=system:nodes` for a kubelet's client
-    /// certificate). This is not RFC 4514's string, which puts the last attribute first
-    /// and no space after the commas.
+    /// The subject's distinguished name, its attributes in the certificate's order with
+    /// `, ` between them (`CN=system:node:n1, O=system:nodes`): not RFC 4514's string,
+    /// which reverses them.
     pub subject: String,
     /// The issuer's distinguished name, written as [`subject`](Self::subject) is.
     pub issuer: String,

@@ -1,6 +1,4 @@
-//! [`CertificateError`]: why PEM bytes are not a usable client identity or CA bundle;
-//! `UriError`: why an HTTPS client refused a URI (an `io::Error` of kind `InvalidInput`);
-//! [`Redacted`]: a URI shown without its userinfo.
+//! [`CertificateError`], `UriError` and [`Redacted`].
 
 use std::fmt;
 use std::time::SystemTime;
@@ -11,8 +9,7 @@ use http::uri::Authority;
 use crate::clock::Rfc3339;
 
 /// `uri` without its userinfo (a proxy's `user:password@`), for every message, log line
-/// and `Debug` that names a URI: `Display` and `Debug` show its scheme, host, port, path
-/// and query; [`uri`](Self::uri) is the URI without it, to keep in an error.
+/// and `Debug` that names a URI.
 #[derive(Clone, Copy)]
 pub(crate) struct Redacted<'a>(pub(crate) &'a Uri);
 
@@ -31,7 +28,6 @@ impl Redacted<'_> {
 }
 
 impl fmt::Display for Redacted<'_> {
-    /// As `Uri` shows itself, less the userinfo.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(scheme) = self.0.scheme() {
             write!(f, "{scheme}://")?;
@@ -61,16 +57,11 @@ fn host_port(authority: &Authority) -> &str {
         .map_or(authority, |(_, host)| host)
 }
 
-/// Why an HTTPS client refused a URI, before anything is dialled: a request's, for an
-/// [`HttpsClient`](super::HttpsClient), or the origin of a `tonic::TlsChannel`. Given to
-/// callers inside an `io::Error` of kind `InvalidInput`, whose message it is: a mistake in
-/// the caller's configuration, which the message names; no caller branches on which one.
-///
-/// Neither its message nor its `Debug` shows the URI's userinfo ([`Redacted`]).
+/// Why an HTTPS client refused a URI before dialling, inside an `io::Error` of kind
+/// `InvalidInput`; neither its message nor its `Debug` shows userinfo ([`Redacted`]).
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum UriError {
-    /// Not `https://`: requests carry credentials, and go over TLS alone, never in plain
-    /// text.
+    /// Not `https://`: credentials never go in plain text.
     #[error(
         "{} is not an https:// URI: credentials are never sent in plain text",
         Redacted(uri)
@@ -79,8 +70,7 @@ pub(crate) enum UriError {
         /// The URI (for a request, its scheme and authority: what would be dialled).
         uri: Uri,
     },
-    /// It names no host (`https://host[:port]`) that a server can be verified as: a DNS
-    /// name or an IP address.
+    /// It names no host (a DNS name or an IP address) a server can be verified as.
     #[error("{} names no host", Redacted(uri))]
     NoHost {
         /// The URI.
@@ -106,11 +96,8 @@ impl From<UriError> for std::io::Error {
     }
 }
 
-/// Why the bytes a source gave are not a usable client certificate (with its key) or CA
-/// bundle. The store keeps the last good one, and the [`LoadError`](crate::LoadError) that
-/// wraps this one names the source (the path, the command) first.
-///
-/// No message holds key material: a PEM syntax error says what is wrong, never the bytes.
+/// Why a source's bytes are not a usable client certificate (with its key) or CA bundle;
+/// the store keeps the last good one. No message holds key material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CertificateError {

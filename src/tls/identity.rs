@@ -1,5 +1,4 @@
-//! [`IdentityStore`]: the client certificate and key a client presents, and the rustls
-//! resolver that always answers with the current one.
+//! [`IdentityStore`], and the rustls resolver over it.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -20,8 +19,7 @@ use crate::builder::StoreBuilder;
 use crate::source::{ExecSource, TokenSource};
 use crate::store::{Kind, LoadError, Stamp, Status, Store};
 
-/// A parsed client identity: the chain and key rustls signs with, and the certificates'
-/// facts (the leaf's first).
+/// A parsed client identity: rustls's signing key and chain, and each certificate's facts.
 pub(crate) struct Identity {
     key: Arc<CertifiedKey>,
     chain: Vec<Certificate>,
@@ -46,9 +44,8 @@ impl Parse for Identity {
         Some(&self.chain[0])
     }
 
-    /// The certificates in order (leaf first) and the first private key, from any PEM
-    /// that holds both, in any order; refused when the key is not the leaf's, or the leaf
-    /// has expired.
+    /// The certificates (leaf first) and the first private key, in any order; refused when
+    /// the key is not the leaf's, or the leaf has expired.
     fn parse(pem: &[u8], now: SystemTime) -> Result<Pem<Self>, CertificateError> {
         let chain = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
         if chain.is_empty() {
@@ -58,8 +55,7 @@ impl Parse for Identity {
             pem::Error::NoItemsFound => CertificateError::NoKey,
             e => e.into(),
         })?;
-        // Read before the provider takes the key: a key it cannot sign with is refused
-        // here, naming its type, rather than at the first handshake.
+        // Typed first, to name a key the provider cannot sign with.
         let key_type = key_type(&key);
         let (provider, name) = super::provider::named()?;
         let signer = provider.key_provider.load_private_key(key).map_err(|_| {
@@ -94,20 +90,10 @@ impl Parse for Identity {
 
 /// The client certificate (and key) a client presents, kept current as it rotates.
 ///
-/// Built like a token store, with the same options ([`StoreBuilder`]), on any source of
-/// PEM that holds the certificate chain and its key: one file holding both (the kubelet's
-/// `kubelet-client-current.pem`: a [`FileSource`](crate::source::FileSource)), two files
-/// ([`files`](Self::files)), an exec plugin's `clientCertificateData` and
-/// `clientKeyData` ([`exec`](Self::exec)), or a source of your own. Each read is checked:
-/// the PEM parses, the key is of a type rustls signs with, the key is the certificate's
-/// (a read between the writes of a certificate and its key is refused), and the
-/// certificate has not expired; a read that fails any of these keeps the last good
-/// identity, and the error names the source. The store reads again before `notAfter`
-/// (by a tenth of the certificate's remaining life, at least a minute, with a jitter),
-/// on every change of the files, and when a server refuses the identity.
-///
-/// [`resolver`](Self::resolver) puts it in a rustls `ClientConfig`; an
-/// [`HttpsClient`](super::HttpsClient) also retires the connections made with the old one.
+/// A store built like a token store ([`StoreBuilder`]) on one PEM file holding both (the
+/// kubelet's `kubelet-client-current.pem`, a [`FileSource`](crate::source::FileSource)),
+/// two files ([`files`](Self::files)), or an exec plugin ([`exec`](Self::exec)). A read
+/// whose key is not the certificate's, or whose certificate has expired, is refused.
 ///
 /// # Examples
 ///
@@ -147,29 +133,20 @@ impl fmt::Debug for IdentityStore {
 }
 
 impl IdentityStore {
-    /// A builder of the store on `source`, whose bytes are PEM holding the certificate
-    /// chain and its private key.
+    /// A builder of the store on `source`, whose bytes are PEM holding a chain and its key.
     pub fn builder(source: impl TokenSource) -> StoreBuilder<IdentityStore> {
         StoreBuilder::of(source, PemParser::default(), |store| Self { store })
     }
 
-    /// A builder of the store on a certificate (with its chain) and its private key in two
-    /// PEM files: a kubeconfig's `client-certificate` and `client-key`, cert-manager's
-    /// `tls.crt` and `tls.key`. Both are watched, and read one after the other at each
-    /// fetch. A read between the writes of the two files (the new certificate beside the
-    /// old key) is refused by the key check ([`CertificateError::KeyMismatch`]), the last
-    /// good identity stays, and the watcher's retries (or the second file's event) read
-    /// the pair again. One file that holds both (the kubelet's
-    /// `kubelet-client-current.pem`) is a [`FileSource`](crate::source::FileSource) for
-    /// [`builder`](Self::builder).
+    /// A builder of the store on a certificate (with its chain) and its key in two PEM
+    /// files, such as cert-manager's `tls.crt` and `tls.key`. A read between the writes of
+    /// the two is refused ([`CertificateError::KeyMismatch`]) and the pair read again.
     pub fn files(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> StoreBuilder<Self> {
         Self::builder(PemFiles::new(cert, key))
     }
 
-    /// A builder of the store on an exec credential plugin that returns a client
-    /// certificate (`status.clientCertificateData` and `status.clientKeyData`); its
-    /// `expirationTimestamp`, when earlier than the certificate's `notAfter`, is the
-    /// identity's expiry.
+    /// A builder of the store on an exec credential plugin's `clientCertificateData` and
+    /// `clientKeyData`; its `expirationTimestamp` counts if before the `notAfter`.
     pub fn exec(plugin: ExecSource) -> StoreBuilder<IdentityStore> {
         Self::builder(plugin.client_certificate())
     }
@@ -189,13 +166,11 @@ impl IdentityStore {
         self.store.subscribe()
     }
 
-    /// Reads the source again, and installs the identity if it is valid and new; returns
-    /// the certificate presented after the read.
+    /// Reads the source again; returns the certificate presented after the read.
     ///
     /// # Errors
     ///
-    /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
-    /// usable certificate and key); the last good identity stays.
+    /// The [`LoadError`] of the read; the last good identity stays.
     pub async fn reload(&self) -> Result<Certificate, LoadError> {
         Ok(self.store.reload().await?.value.chain[0].clone())
     }
@@ -206,13 +181,8 @@ impl IdentityStore {
         self.store.status()
     }
 
-    /// A rustls client-certificate resolver that answers every handshake with the current
-    /// identity.
-    ///
-    /// A resumed TLS session skips the client certificate: a session made with the old
-    /// identity would go on presenting it. Turn resumption off in a `ClientConfig` that
-    /// uses this resolver (`config.resumption = rustls::client::Resumption::disabled()`),
-    /// as [`RootStore::client_config`](super::RootStore::client_config) does.
+    /// A rustls resolver that answers every handshake with the current identity: turn
+    /// [session resumption](super#session-resumption) off where it is used.
     pub fn resolver(&self) -> Arc<dyn ResolvesClientCert> {
         Arc::new(self.store.clone())
     }

@@ -1,17 +1,13 @@
-//! The type of a private key, read from its DER, so that a key the crypto provider cannot
-//! sign with is refused with its type named.
+//! A private key's type, read from its DER, to name a key the provider cannot sign with.
 
 use std::borrow::Cow;
 
 use rustls::pki_types::PrivateKeyDer;
 use x509_parser::asn1_rs::{Any, Class, DerParser, FromDer, Oid, SequenceIterator, Tag};
 
-/// The type of `key` as an error names it: its algorithm, and its curve or size (`RSA
-/// 4096`, `ECDSA P-256`, `Ed25519`, `ML-DSA-65`, or the OID of one not named here). The
-/// key types a Kubernetes pod certificate may have (`keyType` of a `podCertificate`
-/// projected volume) are RSA 3072 and 4096, ECDSA P-256, P-384 and P-521, and Ed25519.
-/// Read from PKCS#8 (`PRIVATE KEY`), PKCS#1 (`RSA PRIVATE KEY`) or SEC1 (`EC PRIVATE
-/// KEY`); never fails: DER it cannot read is "a key of a type not read".
+/// The type of `key` as an error names it (`RSA 4096`, `ECDSA P-256`, `Ed25519`,
+/// `ML-DSA-65`, or an OID), from PKCS#8, PKCS#1 or SEC1 DER; never fails: DER it cannot
+/// read is "a key of a type not read".
 pub(crate) fn key_type(key: &PrivateKeyDer<'_>) -> String {
     let read = match key {
         PrivateKeyDer::Pkcs8(key) => pkcs8(key.secret_pkcs8_der()),
@@ -73,8 +69,7 @@ fn pkcs1(der: &[u8]) -> Option<String> {
 }
 
 /// `ECPrivateKey ::= SEQUENCE { version, privateKey OCTET STRING, [0] ECParameters
-/// OPTIONAL, [1] publicKey OPTIONAL }` (RFC 5915): the curve named in `[0]`, else told by
-/// the private key's length.
+/// OPTIONAL, ... }` (RFC 5915): the curve named in `[0]`, else the key's length.
 fn sec1(der: &[u8]) -> Option<String> {
     let key = sequence(der)?;
     let parameters = key

@@ -1,28 +1,6 @@
-//! Client certificates and CA bundles that rotate (feature `tls`): the credential beside
-//! the token, on the same machinery.
-//!
-//! A Kubernetes client holds two credentials: a bearer token, and TLS — the client
-//! certificate it presents (the kubelet's `kubelet-client-current.pem`, cert-manager's
-//! `tls.crt`/`tls.key`, a kubeconfig's `client-certificate`, an exec plugin's
-//! `clientCertificateData`) and the CA bundle it trusts (the in-cluster `ca.crt`, a
-//! kubeconfig's `certificate-authority`). Both rotate. Here each is a store built like a
-//! token store, with the same builder and options ([`StoreBuilder`](crate::StoreBuilder)):
-//! the directory watcher (symlink chains, `..data` swaps, one inotify instance per
-//! process), the timer (before the certificate's `notAfter`, with the token's margin and
-//! jitter), single flight, keep-last-good, status and metrics.
-//!
-//! - [`IdentityStore`]: the certificate chain and key, each read checked (PEM, key type,
-//!   the key is the certificate's, not expired); [`IdentityStore::resolver`] is a rustls
-//!   `ResolvesClientCert` that answers each handshake with the current one.
-//! - [`RootStore`]: the CA bundle; [`RootStore::verifier`] is a rustls
-//!   `ServerCertVerifier` over the current one.
-//! - [`IdentityStore::files`]: a certificate and its key in two files (one file holding
-//!   both is a [`FileSource`](crate::source::FileSource)).
-//! - [`RootStore::client_config`]: a rustls `ClientConfig` that trusts the current bundle,
-//!   with session resumption off; set its `client_auth_cert_resolver` to
-//!   [`IdentityStore::resolver`] to present the current identity too.
-//! - [`HttpsClient`]: a hyper-util client with both, that retires its connections on
-//!   rotation and reloads (and retries) on a refusal.
+//! Client certificates ([`IdentityStore`]) and CA bundles ([`RootStore`]) that rotate
+//! (feature `tls`), in stores built like token stores, a rustls resolver and verifier
+//! over them, and [`HttpsClient`], a hyper-util client that uses both.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -51,17 +29,11 @@
 //!
 //! # Pod certificates and cluster trust bundles
 //!
-//! Kubernetes 1.37 made two projected-volume credentials stable that rotate in the volume
-//! like the token: a **pod certificate** (`podCertificate`, KEP-4317), the key the kubelet
-//! made for the pod and the chain a signer issued for it, refreshed before it expires
-//! (lifetimes of 1 h to 91 days, 24 h by default); and a **cluster trust bundle**
-//! (`clusterTrustBundle`, KEP-3257), a file of CA certificates the kubelet rewrites as the
-//! bundle changes. The pod certificate is an [`IdentityStore`], in either of the volume's
-//! layouts: one `credentialBundlePath` file (the PKCS#8 key first, then the chain, leaf
-//! first) is a [`FileSource`](crate::source::FileSource); a `keyPath` beside a
-//! `certificateChainPath` is [`IdentityStore::files`], which reads the two as one swap of
-//! the volume (never the key of one certificate with the other). The trust bundle is a
-//! [`RootStore`].
+//! A projected `podCertificate` (KEP-4317) is an [`IdentityStore`]: its
+//! `credentialBundlePath` file through a [`FileSource`](crate::source::FileSource), or its
+//! `keyPath` and `certificateChainPath` through [`IdentityStore::files`]. A
+//! `clusterTrustBundle` (KEP-3257) is a [`RootStore`]. A key the provider cannot sign with
+//! (`ECDSAP521` under ring) does not load: [`CertificateError::UnsupportedKey`].
 //!
 //! ```yaml
 //! volumes:
@@ -122,51 +94,21 @@
 //! # let _ = client; Ok(()) }
 //! ```
 //!
-//! Every `keyType` a pod may ask for works with the `aws-lc-rs` provider: `RSA3072`,
-//! `RSA4096`, `ECDSAP256`, `ECDSAP384`, `ECDSAP521`, `ED25519`. ring cannot sign with
-//! `ECDSAP521`: with ring, such a certificate does not load, and the error says so
-//! ([`CertificateError::UnsupportedKey`], naming the key's type and the `aws-lc-rs`
-//! feature), rather than a client failing at its first handshake. The same holds for a
-//! kubeconfig's and an exec plugin's client certificate, read by the same parser.
-//!
 //! # TLS providers
 //!
-//! No crypto provider is forced on the application. Each identity and CA bundle read, and
-//! so each [`RootStore::client_config`] and [`HttpsClient`], takes rustls's provider in this
-//! order:
+//! Each identity and bundle read takes rustls's crypto provider in this order:
 //!
 //! 1. the process default the application installed
-//!    (`rustls::crypto::CryptoProvider::install_default`), when there is one;
-//! 2. else the provider of this crate's feature: `ring` (on by default), else `aws-lc-rs`;
-//! 3. else none: the store does not load, with
-//!    [`CertificateError::NoCryptoProvider`] (never a panic).
-//!
-//! An application on aws-lc-rs turns off the default features and enables `aws-lc-rs`, or
-//! installs its provider as the process default before loading the stores.
+//!    (`rustls::crypto::CryptoProvider::install_default`);
+//! 2. else that of this crate's feature: `ring` (the default), else `aws-lc-rs`;
+//! 3. else none, and the store does not load ([`CertificateError::NoCryptoProvider`]).
 //!
 //! # Connections retired on rotation
 //!
-//! A TLS connection keeps the identity it was made with: rotating the resolver's answer
-//! changes only the connections made next, while a pool goes on reusing the old ones
-//! (until they idle out, or the server refuses them). An [`HttpsClient`] retires them: a
-//! request that starts after its identity or bundle rotated never goes out on a
-//! connection made before, and requests already in flight finish where they are. Each
-//! generation of the credentials gets a hyper-util pool of its own (hyper-util cannot be
-//! told to drop a pooled connection after the fact), and a connection whose handshake
-//! straddles a rotation is poisoned (`Connected::poison`) as the connector hands it over.
-//!
-//! The same for the other clients, each in the shape its users know:
-//!
-//! - **reqwest**: [`reqwest::TlsMiddleware`](crate::reqwest::TlsMiddleware) (features
-//!   `reqwest` and `tls`), the last middleware of a reqwest-middleware client: each
-//!   request goes out on a `reqwest::Client` made for the credentials current now (its own
-//!   pool, built again on rotation), and a refused handshake or a 401 reloads and sends it
-//!   again, as here.
-//! - **tonic**: [`tonic::TlsChannel`](crate::tonic::TlsChannel) (feature `tonic`), the
-//!   transport a generated client is built on instead of a `Channel`: each generation of
-//!   the credentials gets an HTTP/2 connection of its own, a call that starts after a
-//!   rotation goes out on the new one, and a refused handshake or a 401 reloads and sends
-//!   the call again, as here.
+//! A TLS connection keeps the credentials it was made with. [`HttpsClient`],
+//! [`reqwest::TlsMiddleware`](crate::reqwest::TlsMiddleware) and
+//! [`tonic::TlsChannel`](crate::tonic::TlsChannel) never send a request that starts after
+//! a rotation on a connection made before it.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -194,11 +136,9 @@
 //!
 //! # Session resumption
 //!
-//! A resumed TLS session skips both the client certificate and the server's verification:
-//! a session ticket from before a rotation would let the old identity, or roots no longer
-//! trusted, survive it. [`RootStore::client_config`] turns resumption off, so that every
-//! connection makes a full handshake with the credentials current at that moment; a
-//! `ClientConfig` of your own that uses the resolver or the verifier should do the same.
+//! A resumed TLS session skips the client certificate and the server's verification, so
+//! old credentials would outlive a rotation. [`RootStore::client_config`] turns resumption
+//! off; a `ClientConfig` of your own with the resolver or the verifier should too.
 
 mod certificate;
 pub(crate) mod client;
@@ -222,16 +162,13 @@ pub use roots::RootStore;
 #[cfg(feature = "kube")]
 use std::time::SystemTime;
 
-/// Whether `pem` is a client identity the [`IdentityStore`] would install, or why not: for
-/// a source that checks what it holds before it installs it (a kubeconfig's inline
-/// certificate and key, checked with the rest of the file).
+/// Whether `pem` is an identity the [`IdentityStore`] would install (a kubeconfig's).
 #[cfg(feature = "kube")]
 pub(crate) fn check_identity(pem: &[u8], now: SystemTime) -> Result<(), CertificateError> {
     <identity::Identity as source::Parse>::parse(pem, now).map(drop)
 }
 
-/// Whether `pem` is a CA bundle the [`RootStore`] would install, or why not (see
-/// [`check_identity`]).
+/// Whether `pem` is a CA bundle the [`RootStore`] would install.
 #[cfg(feature = "kube")]
 pub(crate) fn check_roots(pem: &[u8], now: SystemTime) -> Result<(), CertificateError> {
     <roots::Roots as source::Parse>::parse(pem, now).map(drop)

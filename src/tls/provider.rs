@@ -1,5 +1,4 @@
-//! Which rustls crypto provider the TLS stores use: the one place that chooses (see
-//! [TLS providers](super#tls-providers)).
+//! Which rustls crypto provider the TLS stores use ([TLS providers](super#tls-providers)).
 
 use std::sync::Arc;
 
@@ -7,11 +6,9 @@ use rustls::crypto::CryptoProvider;
 
 use super::CertificateError;
 
-/// The provider for a new identity, bundle or client configuration: the process default
-/// the application installed, else the provider of the enabled feature (`ring` first,
-/// then `aws-lc-rs`), else [`CertificateError::NoCryptoProvider`]; and its name for an
-/// error: `ring`, `aws-lc-rs`, or (one the application installed, which says nothing of
-/// itself) [`INSTALLED`].
+/// The provider for a new identity, bundle or client configuration, in the order of
+/// [TLS providers](super#tls-providers), and its name for an error (`ring`, `aws-lc-rs`, or
+/// [`INSTALLED`]).
 pub(crate) fn named() -> Result<(Arc<CryptoProvider>, &'static str), CertificateError> {
     pick(CryptoProvider::get_default(), FEATURE)
 }

@@ -1,6 +1,5 @@
-//! Whose credential an error says was refused: the server's certificate alert (our
-//! identity), or our verifier's "unknown issuer" (our CA bundle); and what a failure
-//! proves about whether the server acted on the request, which says whether it may go again.
+//! Whose credential an error says was refused ([`blame`]), and whether a failed request
+//! may go again ([`may_send_again`]).
 
 use std::error::Error;
 
@@ -17,9 +16,7 @@ pub(crate) enum Blame {
 }
 
 /// Whose credential, if any, `error` (or one of its causes) says was refused. rustls's
-/// error sits inside an `io::Error` (from the handshake, or from the first read of a TLS
-/// 1.3 connection, where the server's verdict on the client certificate arrives after the
-/// client's handshake is over).
+/// error sits in an `io::Error`: from the handshake, or over TLS 1.3 from the first read.
 pub(crate) fn blame(error: &(dyn Error + 'static)) -> Option<Blame> {
     let mut next = Some(error);
     while let Some(e) = next {
@@ -75,18 +72,15 @@ fn of_message(message: &str) -> Option<Blame> {
 /// What a failure proves about whether the server acted on the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {
-    /// The server refused the credential before acting: a 401, a certificate alert, or
-    /// our own refusal of the server.
+    /// Refused before the server acted (a 401, an alert), or we refused the server.
     Refused,
     /// The connection ended before the request was written.
     NotWritten,
-    /// The connection ended with no answer after the request may have been written: the
-    /// server may have acted on it.
+    /// It ended unanswered after the request may have been written (and acted on).
     Uncertain,
 }
 
-/// Whether a request sent with `method` may be sent again after `failure` (its body being
-/// replayable is the caller's to check: see `crate::refusal::clone_request`).
+/// Whether a request with `method` may go again after `failure`, if its body replays.
 pub(crate) fn may_send_again(method: &Method, failure: Failure) -> bool {
     match failure {
         Failure::Refused | Failure::NotWritten => true,

@@ -1,5 +1,4 @@
-//! [`RootStore`]: the CA bundle a client trusts, and the rustls verifier that checks each
-//! server against the current one.
+//! [`RootStore`], and the rustls verifier over it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,8 +19,7 @@ use crate::builder::StoreBuilder;
 use crate::source::TokenSource;
 use crate::store::{Kind, LoadError, Stamp, Status, Store};
 
-/// A parsed CA bundle: rustls's verifier over it, the authorities' facts, and the start of
-/// a client configuration on the provider they were checked with.
+/// A parsed CA bundle: its verifier, its authorities, and a `ClientConfig` builder.
 pub(crate) struct Roots {
     verifier: Arc<WebPkiServerVerifier>,
     certificates: Vec<Certificate>,
@@ -37,7 +35,6 @@ impl fmt::Display for Roots {
     }
 }
 
-/// `e` as the reason a certificate (or the bundle) is invalid.
 fn invalid(e: impl fmt::Display) -> CertificateError {
     CertificateError::Invalid {
         reason: e.to_string(),
@@ -45,8 +42,7 @@ fn invalid(e: impl fmt::Display) -> CertificateError {
 }
 
 impl Parse for Roots {
-    /// A system bundle is about 220 KB, a corporate one with intermediates passes 1 MB: up
-    /// to 16 MiB.
+    /// Up to 16 MiB: a corporate bundle with intermediates passes 1 MB.
     const KIND: Kind = Kind {
         name: "a CA bundle",
         handle: "RootStore",
@@ -59,13 +55,9 @@ impl Parse for Roots {
         self.certificates.iter().all(|c| c.is_expired_at(now))
     }
 
-    /// Every certificate of the PEM, each a trust anchor. Authorities that have expired
-    /// stay in (a system bundle holds some; rustls ignores them), and give no expiry: the
-    /// bundle is read again on each change and by the timer. A certificate that does not
-    /// parse, or that rustls cannot use as an anchor, is skipped (as rustls's own
-    /// `add_parsable_certificates` does with a system bundle), once the whole PEM has
-    /// parsed: a cut-short file is refused whole, and so is a bundle with nothing usable.
-    /// The anchors, the authorities listed and the digest are the same certificates.
+    /// Every certificate of the PEM, each a trust anchor; expired ones stay (rustls ignores
+    /// them). One that does not parse, or that rustls refuses, is skipped, as rustls's
+    /// `add_parsable_certificates` does; a PEM cut short, or with none usable, is refused.
     fn parse(pem: &[u8], _now: SystemTime) -> Result<Pem<Self>, CertificateError> {
         let ders = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?;
         if ders.is_empty() {
@@ -80,8 +72,7 @@ impl Parse for Roots {
                 subject,
                 error,
             };
-            // x509-parser first: what it refuses is reported skipped, so it must not reach
-            // rustls, whose anchor reading is laxer.
+            // x509-parser first: what it refuses must not reach rustls, which is laxer.
             match Certificate::from_der(&der) {
                 Err(error) => skipped.push(skip(None, error)),
                 Ok(info) => match roots.add(der.clone()) {
@@ -115,15 +106,10 @@ impl Parse for Roots {
     }
 }
 
-/// The CA bundle a client trusts, kept current as it rotates: the in-cluster `ca.crt`
-/// (in the same projected volume as the token, and swapped the same way), a kubeconfig's
-/// `certificate-authority` file, or a source of your own.
+/// The CA bundle a client trusts, kept current as it rotates.
 ///
-/// Built like a token store, with the same options ([`StoreBuilder`]), on any source of
-/// PEM certificates: usually a [`FileSource`](crate::source::FileSource). A read that
-/// does not parse (a half-written file, no certificate at all) keeps the last good
-/// bundle, and the error names the source. [`verifier`](Self::verifier) checks each
-/// server against the bundle current at its handshake, by rustls's WebPKI rules.
+/// A store built like a token store ([`StoreBuilder`]) on any source of PEM certificates:
+/// the in-cluster `ca.crt`, a kubeconfig's `certificate-authority`.
 ///
 /// # Examples
 ///
@@ -185,42 +171,32 @@ impl RootStore {
         self.store.subscribe()
     }
 
-    /// Reads the source again, and installs the bundle if it is valid and new; returns
-    /// the authorities trusted after the read.
+    /// Reads the source again; returns the authorities trusted after the read.
     ///
     /// # Errors
     ///
-    /// The [`LoadError`] of the read (the source failed, or timed out, or its PEM is not a
-    /// usable bundle); the last good bundle stays.
+    /// The [`LoadError`] of the read; the last good bundle stays.
     pub async fn reload(&self) -> Result<Vec<Certificate>, LoadError> {
         Ok(self.store.reload().await?.value.certificates.clone())
     }
 
-    /// A snapshot of the store's state: the reads, the failures, the refusals, the
-    /// certificates of the bundle skipped as unusable
-    /// ([`certificates`](Self::certificates) lists the authorities).
+    /// A snapshot of the store's state, with the certificates skipped as unusable.
     pub fn status(&self) -> Status {
         self.store.status()
     }
 
-    /// A rustls server-certificate verifier that checks each handshake against the
-    /// current bundle (rustls's `WebPkiServerVerifier`, one per bundle).
+    /// A rustls verifier that checks each server by WebPKI against the current bundle.
     pub fn verifier(&self) -> Arc<dyn ServerCertVerifier> {
         Arc::new(self.store.clone())
     }
 
-    /// A rustls `ClientConfig` that verifies servers with this store's current bundle,
-    /// presents no client certificate, and resumes no session (see
-    /// [Session resumption](super#session-resumption)): for a client whose pool this crate
-    /// does not own (reqwest's `use_preconfigured_tls`, a tonic connector). Its crypto
-    /// provider is the one the current bundle was read with (see
-    /// [TLS providers](super#tls-providers)). TLS 1.2 and 1.3; no ALPN protocols
-    /// (hyper-rustls sets its own; set `alpn_protocols` for another client).
+    /// A rustls `ClientConfig` that verifies servers with the current bundle, presents no
+    /// client certificate, and resumes no session
+    /// ([Session resumption](super#session-resumption)); TLS 1.2 and 1.3, no ALPN.
     ///
     /// # Examples
     ///
-    /// To present a rotating client certificate, set rustls's resolver to an
-    /// [`IdentityStore`](super::IdentityStore)'s:
+    /// With an [`IdentityStore`](super::IdentityStore)'s client certificate:
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), bearer_reload::LoadError> {
@@ -245,7 +221,6 @@ impl RootStore {
 }
 
 impl Store<Pem<Roots>> {
-    /// The current bundle's verifier.
     fn webpki(&self) -> Arc<WebPkiServerVerifier> {
         self.current().value.verifier.clone()
     }

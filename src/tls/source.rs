@@ -1,6 +1,4 @@
-//! Where PEM comes from: [`PemFiles`] (a certificate and its key in two files), the
-//! wrapper that turns any source's PEM into a parsed credential, and [`Pem`], the
-//! credential a client-identity or CA-bundle store holds.
+//! [`PemFiles`], and [`Pem`]: the parsed credential a certificate store holds.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -14,18 +12,12 @@ use crate::source::{BoxError, FetchContext, Fetched, FileSource, TokenSource};
 use crate::store::{Credential, Kind, LoadError, Stamp};
 use crate::sync::lock;
 
-/// A client certificate (with its chain) and its private key in two PEM files (see
-/// [`IdentityStore::files`](super::IdentityStore::files)).
-///
-/// Both files change in one step in a projected volume (the kubelet's `..data` swap: a
-/// pod certificate's `keyPath` and `certificateChainPath`, a Secret's `tls.key` and
-/// `tls.crt`), but two reads are two steps: a swap between them would pair the old
-/// certificate with the new key. The certificate is read again after the key, and the
-/// pair read again while the certificate moved, so that a read holds both files of one
-/// swap (the key check refuses what still does not belong together).
+/// A client certificate and its key in two PEM files
+/// ([`IdentityStore::files`](super::IdentityStore::files)). A projected volume swaps both
+/// at once, but two reads are two steps: the certificate is read again after the key, and
+/// the pair again while it moved, so that a read holds both files of one swap.
 #[derive(Debug, Clone)]
 pub(crate) struct PemFiles<S = FileSource> {
-    /// The certificate's ([`CERT`]) and the key's ([`KEY`]).
     paths: [PathBuf; 2],
     sources: [S; 2],
 }
@@ -39,7 +31,6 @@ const KEY: usize = 1;
 const SWAPS_WAITED: usize = 3;
 
 impl PemFiles {
-    /// The certificate at `cert` and the key at `key`.
     pub(crate) fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
         let paths = [cert.into(), key.into()];
         let sources = [FileSource::new(&paths[CERT]), FileSource::new(&paths[KEY])];
@@ -60,7 +51,6 @@ impl<S: TokenSource> TokenSource for PemFiles<S> {
     type Error = BoxError;
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, BoxError> {
-        // One of the two files ([`CERT`] or [`KEY`]), named when it cannot be read.
         let read = |part: usize| async move {
             self.sources[part].fetch(cx).await.map_err(|e| PartError {
                 part: ["certificate", "key"][part],
@@ -105,7 +95,6 @@ pub(crate) struct Skipped {
     pub(crate) position: usize,
     /// Its subject, when it parses.
     pub(crate) subject: Option<String>,
-    /// Why it was left out.
     pub(crate) error: CertificateError,
 }
 
@@ -117,10 +106,8 @@ pub(crate) trait Parse: fmt::Display + Send + Sync + Sized + 'static {
     /// The credential `pem` holds at `now`, or why it holds none.
     fn parse(pem: &[u8], now: SystemTime) -> Result<Pem<Self>, CertificateError>;
 
-    /// The certificate it stands for, when one does (a client identity's leaf): its
-    /// subject, fingerprint and dates are the credential's. Without one (a bundle), the
-    /// fingerprint is the start of the digest, which changes when any certificate does,
-    /// and there is no expiry.
+    /// The certificate it stands for (a client identity's leaf), whose subject, fingerprint
+    /// and dates are the credential's; none for a bundle, fingerprinted by its digest.
     fn certificate(&self) -> Option<&Certificate> {
         None
     }
@@ -131,8 +118,7 @@ pub(crate) trait Parse: fmt::Display + Send + Sync + Sized + 'static {
     }
 }
 
-/// A credential parsed from PEM, as its store holds it: the parsed value, its digest (the
-/// same for the same credential) and the store's stamp.
+/// A credential parsed from PEM, as its store holds it.
 pub(crate) struct Pem<T> {
     pub(crate) value: T,
     /// The SHA-256 of every certificate's DER, in order: the same for the same credential.
@@ -153,8 +139,7 @@ impl<T: Parse> Credential for Pem<T> {
 
     type Parser = PemParser;
 
-    /// The read's PEM parsed, or why it is not a usable `T` (the store's error names the
-    /// source first).
+    /// The read's PEM parsed, or why it is not a usable `T`.
     fn from_fetched(
         fetched: Fetched,
         parser: &PemParser,
@@ -208,15 +193,13 @@ impl<T: Parse> Credential for Pem<T> {
         self.value.certificate().map(|c| c.not_after)
     }
 
-    /// The earlier of the source's expiry (an exec plugin's `expirationTimestamp`) and its
-    /// own.
+    /// The earlier of the source's expiry (an exec plugin's) and its own.
     fn expires_at(&self) -> Option<SystemTime> {
         let own = self.own_expiry();
         self.stamp.source_expiry.into_iter().chain(own).min()
     }
 
-    /// Past the source's expiry (an exec plugin's `expirationTimestamp`), or past its own
-    /// (a certificate's `notAfter`, every authority's of a bundle).
+    /// Past the source's expiry or its own (for a bundle, every authority's).
     fn is_expired_at(&self, now: SystemTime) -> bool {
         self.expires_at().is_some_and(|exp| now >= exp) || self.value.is_expired_at(now)
     }
@@ -230,7 +213,7 @@ impl<T: Parse> Credential for Pem<T> {
     }
 }
 
-/// The SHA-256 of the DER of `certs`, one after the other.
+/// The SHA-256 of `certs`' DER, each after its length.
 pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
     let mut hash = Sha256::new();
     for der in certs {
@@ -240,17 +223,15 @@ pub(crate) fn digest<'a>(certs: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] 
     hash.finalize().into()
 }
 
-/// What turns PEM into a [`Pem`], held by its store: it remembers the bundle whose skipped
-/// certificates were last warned about (its digest and their positions), so that a
-/// timer's read of the same bundle warns no more.
+/// What turns PEM into a [`Pem`]: it remembers the skipped certificates last warned about,
+/// so that a timer's read of the same bundle warns no more.
 #[derive(Default)]
 pub(crate) struct PemParser {
     warned: Mutex<([u8; 32], Vec<usize>)>,
 }
 
 impl PemParser {
-    /// Warns about each certificate `pem` left out, unless this bundle's were the last
-    /// warned about.
+    /// Warns about each certificate `pem` left out, unless they were the last warned about.
     fn warn_skipped<T>(&self, origin: &str, pem: &Pem<T>) {
         let key = (pem.digest, pem.skipped.iter().map(|s| s.position).collect());
         let mut warned = lock(&self.warned);

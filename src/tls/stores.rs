@@ -1,6 +1,4 @@
-//! [`Stores`]: the client identity and CA bundle a client's connections are made with,
-//! their generations, which tag each connection, and what a refusal reloads
-//! ([`Refusal`]): the one decision of `HttpsClient`, `TlsMiddleware` and `TlsChannel`.
+//! A TLS client's [`Stores`] and their generations; [`Refusal`], what a refusal reloads.
 
 use super::refusal::Blame;
 use super::{IdentityStore, RootStore};
@@ -14,7 +12,6 @@ pub(crate) struct Generations {
     pub(crate) roots: u64,
 }
 
-/// The credentials a client's connections are made with.
 #[derive(Debug, Clone)]
 pub(crate) struct Stores {
     pub(crate) identity: Option<IdentityStore>,
@@ -53,17 +50,14 @@ impl Stores {
 
 /// The store of the credential a refusal blames: the identity's or the bundle's.
 trait Blamed: Send + Sync {
-    /// Starts the reload a refusal of generation `sent` calls for, for the requests that
-    /// follow.
+    /// Starts the reload a refusal of generation `sent` calls for.
     fn reload_later(&self, sent: u64, certainty: Certainty);
 
     /// The reload after a refusal of generation `sent` of this store's credential.
     fn reloading(&self, sent: u64, certainty: Certainty) -> Reload;
 
-    /// Counts the request sent again after the refusal.
     fn count_retried(&self);
 
-    /// Counts how that request went: `refused` when it was refused again.
     fn count_resent(&self, refused: bool);
 }
 
@@ -85,8 +79,7 @@ impl<C: Credential> Blamed for Store<C> {
     }
 }
 
-/// What a refusal reloads: the store it blames, and how the request goes again, once,
-/// with the credential newer by then.
+/// What a refusal reloads, and the counts of the request's second sending.
 pub(crate) struct Refusal {
     store: Box<dyn Blamed>,
     sent: u64,
@@ -110,8 +103,7 @@ impl Refusal {
         })
     }
 
-    /// Starts the reload for the requests that follow, without waiting (the request is
-    /// not sent again).
+    /// Starts the reload for the requests that follow; the request is not sent again.
     pub(crate) fn reload_later(&self) {
         self.store.reload_later(self.sent, self.certainty);
     }

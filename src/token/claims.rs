@@ -1,15 +1,8 @@
 //! The claims of a JWT, read without verifying its signature.
 //!
-//! This crate is a client: the server verifies the token. The claims are read only to say
-//! in logs and [`Status`](crate::Status) what the token is (`sub`) and when it goes bad
-//! (`exp`, and the `kubernetes.io` `warnafter` hint), and to re-read the file when the
-//! kubelet is due to rotate it. None of them is secret: anyone holding the token can read
-//! them. The secret part of a JWT is its signature, which is never kept apart from the
-//! header value.
-//!
-//! A token is a JWT when it has three dot-separated base64url parts (unpadded, padding
-//! tolerated), the first a JSON object with an `alg`, the second a JSON object. A claim of
-//! the wrong type is treated as absent, so one odd claim does not hide the others.
+//! The server verifies the token; the claims, none of them secret, only say what the token
+//! is, when it goes bad, and when the kubelet is due to rotate it. A claim of the wrong
+//! type is treated as absent, so one odd claim does not hide the others.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,18 +22,14 @@ const BASE64URL: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// How long after the point at which a token should have been rotated it counts as
-/// overdue: the kubelet's jitter (10 s) and a sync period's worth of slack.
+/// How long after its rotation point a token counts as overdue: the kubelet's jitter and
+/// a sync period's worth of slack.
 const OVERDUE_GRACE: Duration = Duration::from_secs(60);
 
 /// The claims of a JWT that say who it is for and when it is valid.
-///
-/// Read from the token's payload without verifying its signature. Dates are the JWT's
-/// numeric dates (seconds since the Unix epoch) as [`SystemTime`].
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Claims {
-    /// `sub`: whom the token is for (`system:serviceaccount:<namespace>:<name>` for a
-    /// Kubernetes service account).
+    /// `sub`: whom the token is for.
     pub(crate) sub: Option<String>,
     /// `iat`: when the token was issued.
     pub(crate) iat: Option<SystemTime>,
@@ -48,12 +37,8 @@ pub(crate) struct Claims {
     pub(crate) nbf: Option<SystemTime>,
     /// `exp`: the token is not valid from this time on.
     pub(crate) exp: Option<SystemTime>,
-    /// `kubernetes.io` `warnafter`: when the API server starts to count the token as
-    /// stale.
-    ///
-    /// Set on tokens whose `exp` the API server extended (by default to a year) for clients
-    /// that do not reload their token: the token's real lifetime ends here, and the kubelet
-    /// rotates it on this schedule, not on `exp`'s.
+    /// `kubernetes.io` `warnafter`: set on tokens whose `exp` the API server extended (to
+    /// a year) for clients that do not reload them: their real lifetime ends here.
     pub(crate) warnafter: Option<SystemTime>,
 }
 
@@ -62,7 +47,7 @@ pub(crate) struct Claims {
 pub(crate) enum Freshness {
     /// The token carries no expiry (an opaque or bootstrap token, a JWT without `exp`).
     Unknown,
-    /// Within its lifetime, and not past the point at which it should have been replaced.
+    /// Within its lifetime, and not overdue.
     Fresh,
     /// Past `warnafter` (if any) and past 80% of its lifetime plus a minute: the process
     /// that writes the file should have replaced it by now (a `subPath` mount, a stopped
@@ -81,14 +66,10 @@ impl Freshness {
 
 impl Claims {
     /// The kubelet's rotation hint: `warnafter` when present, else `exp`.
-    ///
-    /// For a token whose `exp` the API server extended to a year, this is the token's real
-    /// lifetime (`warnafter`), not the year.
     pub(crate) fn rotate_hint(&self) -> Option<SystemTime> {
         self.warnafter.or(self.exp)
     }
 
-    /// How the token stands at `now`.
     pub(crate) fn freshness_at(&self, now: SystemTime) -> Freshness {
         match self.exp {
             None => Freshness::Unknown,
@@ -109,8 +90,7 @@ impl Claims {
         four_fifths(self.issued()?, self.rotate_hint()?)
     }
 
-    /// From when the token is overdue: past `warnafter` (if any) and past 80% of
-    /// `iat..exp` plus a minute (if both are known); `None` when neither is known.
+    /// From when the token is overdue: see [`Freshness::Overdue`].
     pub(crate) fn overdue_at(&self) -> Option<SystemTime> {
         let by_lifetime = (self.issued().zip(self.exp))
             .and_then(|(iat, exp)| four_fifths(iat, exp)?.checked_add(OVERDUE_GRACE));
@@ -131,15 +111,15 @@ impl fmt::Debug for Claims {
     }
 }
 
-/// The claims of `token` if it is a JWT (see the module docs), else `None`.
+/// The claims of `token` if it is a JWT: three dot-separated base64url parts, the first a
+/// JSON object with an `alg`, the second a JSON object.
 pub(crate) fn decode(token: &str) -> Option<Claims> {
     let [header, payload, signature] =
         <[&str; 3]>::try_from(token.split('.').collect::<Vec<_>>()).ok()?;
     // The signature is not verified, but it must at least be base64url.
     BASE64URL.decode(signature).ok()?;
     json_object(header)?.get("alg")?.as_str()?;
-    // Only the claims that say who the token is for and its dates: nothing here acts on
-    // the others (`iss`, `aud`, the `kubernetes.io` namespace, service account and pod).
+    // Only who the token is for and its dates: nothing here acts on the others.
     let p = json_object(payload)?;
     Some(Claims {
         sub: p.get("sub").and_then(Value::as_str).map(str::to_owned),
@@ -150,13 +130,12 @@ pub(crate) fn decode(token: &str) -> Option<Claims> {
     })
 }
 
-/// A base64url part that decodes to a JSON object (an empty part does not).
+/// A base64url part that decodes to a JSON object.
 fn json_object(part: &str) -> Option<Map<String, Value>> {
     serde_json::from_slice(&BASE64URL.decode(part).ok()?).ok()
 }
 
-/// A JWT numeric date: seconds since the epoch, possibly fractional or negative (read as
-/// JSON numbers are, as an f64: exact to the second for the next 285 million years).
+/// A JWT numeric date: seconds since the epoch, possibly fractional or negative.
 fn date(v: Option<&Value>) -> Option<SystemTime> {
     let secs = v?.as_f64()?;
     let magnitude = Duration::try_from_secs_f64(secs.abs()).ok()?;

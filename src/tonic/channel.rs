@@ -1,5 +1,4 @@
-//! [`TlsChannel`]: the calls of a tonic client on HTTP/2 connections made with the current
-//! client certificate and CA bundle, one connection per generation of them.
+//! [`TlsChannel`]: tonic calls on one HTTP/2 connection per generation of the credentials.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -35,38 +34,19 @@ use crate::tls::{IdentityStore, RootStore, UriError};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// A tonic transport (a tower `Service` a generated client is built on, as on a
-/// `tonic::transport::Channel`) that makes its HTTP/2 connections with an
-/// [`IdentityStore`]'s current client certificate and a [`RootStore`]'s current CA bundle,
-/// and never sends a call that starts after either rotates on a connection made before.
-/// What [`HttpsClient`](crate::tls::HttpsClient) does for hyper-util, for gRPC:
+/// A tonic transport (what a generated client is built on, in place of a
+/// `tonic::transport::Channel`) whose HTTP/2 connections present an [`IdentityStore`]'s
+/// current client certificate and trust a [`RootStore`]'s current CA bundle.
 ///
-/// - each generation of the credentials gets a connection of its own, dialled when its
-///   first call needs it (and again if it closes); calls in flight finish where they are,
-///   and the old connection closes once the last of them is done;
-/// - a handshake the server refuses for the certificate, a 401 on a connection already
-///   made, or a server certificate the bundle does not verify reloads the credential it
-///   points at, once for a burst of them, and the call is sent once more on a new
-///   connection (its request body is kept for that, up to 64 KiB: a longer client stream
-///   gets the refusal back; under a retrying [`BearerLayer`](crate::BearerLayer), a 401
-///   is the layer's to send again, with the new token and certificate together);
-/// - a call the server did not process (refused by its `GOAWAY`, as a server that
-///   restarts sends) goes out again on a new connection; nothing else is sent twice.
+/// As [`HttpsClient`](crate::tls::HttpsClient) does, each generation of the credentials
+/// gets a connection of its own, and a refusal reloads the credential and sends the call
+/// again if its body was kept ([`ReplayBody`](crate::body::ReplayBody)); so does a call
+/// the server did not process (`GOAWAY`, `REFUSED_STREAM`). Every call goes to `origin`.
+/// Like tonic's channel, it reads no proxy from the environment; it needs HTTP/2 by ALPN.
 ///
-/// Every call goes to `origin`, whatever the generated client's own origin: its scheme
-/// (`https`) and authority, verified as [`server_name`](Self::server_name) says. Calls are
-/// not buffered: each goes straight to the connection, and HTTP/2's limit on concurrent
-/// streams queues the rest. For a token, put a [`BearerLayer`](crate::BearerLayer) with
-/// the [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated) classifier in front
-/// (with `retry_unauthorized`, the bodies made replayable in front of it, as the
-/// [`body`](crate::body) module shows). By default it presents no client certificate and
-/// gives making a connection (TCP, TLS and HTTP/2's handshake) 30 s; each setter returns
-/// the channel with no connection. A server that does not choose HTTP/2 by ALPN is
-/// refused with an error that says so. Like tonic's own channel, it reads no proxy from
-/// the environment.
-///
-/// [`new`](Self::new) refuses an origin that is not `https://host[:port]` with an error
-/// naming it.
+/// For a token, put a [`BearerLayer`](crate::BearerLayer) with the
+/// [`GrpcUnauthenticated`](crate::classify::GrpcUnauthenticated) classifier in front
+/// ([`body`](crate::body) shows the stack). Each setter returns the channel unconnected.
 ///
 /// # Examples
 ///
@@ -121,7 +101,6 @@ struct Shared<B> {
     current: Mutex<Arc<Connection<ReplayBody<B>>>>,
 }
 
-/// What a channel is built from, besides its stores.
 #[derive(Clone)]
 struct Settings {
     origin: Uri,
@@ -135,14 +114,12 @@ where
     B: http_body::Body + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    /// Calls to `origin` (`https://host:port`) on connections that trust `roots` and
-    /// present no client certificate. Nothing is dialled before the first call.
+    /// Calls to `origin` (`https://host:port`) trusting `roots`, dialled at the first call.
     ///
     /// # Errors
     ///
-    /// An [`io::Error`](std::io::Error) of kind `InvalidInput` naming `origin` when its
-    /// scheme is not `https` (calls carry credentials, and go over TLS alone) or it has no
-    /// host.
+    /// An [`io::Error`](std::io::Error) of kind `InvalidInput` naming `origin` when it is
+    /// not `https://` or has no host.
     pub fn new(origin: Uri, roots: RootStore) -> Result<Self, std::io::Error> {
         if origin.scheme() != Some(&Scheme::HTTPS) {
             return Err(UriError::NotHttps { uri: origin }.into());
@@ -157,8 +134,7 @@ where
             roots,
         };
         let settings = Settings {
-            // Userinfo never goes to the server (HTTP/2 forbids it in `:authority`), nor
-            // into an error.
+            // Userinfo never goes to the server (HTTP/2 forbids it), nor into an error.
             origin: Redacted(&origin).uri(),
             server_name: None,
             connect_timeout: Some(Duration::from_secs(30)),
@@ -172,8 +148,7 @@ where
         self.with(|stores, _| stores.identity = Some(identity))
     }
 
-    /// Verifies the server (and sends SNI) for `name` instead of the origin's host: a
-    /// server reached by address whose certificate names a host (tonic's
+    /// Verifies the server (and sends SNI) for `name` instead of the origin's host (tonic's
     /// `ClientTlsConfig::domain_name`).
     pub fn server_name(self, name: ServerName<'static>) -> Self {
         self.with(|_, settings| settings.server_name = Some(name))
@@ -185,7 +160,6 @@ where
         self.with(|_, settings| settings.connect_timeout = timeout)
     }
 
-    /// The same channel changed by `change`, with no connection yet.
     fn with(self, change: impl FnOnce(&mut Stores, &mut Settings)) -> Self {
         let (mut stores, mut settings) = (self.shared.stores.clone(), self.shared.settings.clone());
         change(&mut stores, &mut settings);
@@ -194,7 +168,6 @@ where
 
     fn build(stores: Stores, settings: Settings) -> Self {
         let dial = Dial {
-            // No proxy: tonic's own channel reads none either.
             connector: https_connector(
                 &stores,
                 settings.server_name.clone(),
@@ -220,8 +193,7 @@ where
 }
 
 impl<B> Shared<B> {
-    /// The connection of `generations`, or of newer ones: a new one when they are newer
-    /// than the current one's.
+    /// The connection of `generations`, made anew when they are newer.
     #[cold]
     fn connection_for(&self, generations: Generations) -> Arc<Connection<ReplayBody<B>>> {
         let mut current = lock(&self.current);
@@ -238,7 +210,6 @@ impl<B> Shared<B> {
         current.clone()
     }
 
-    /// The connection of the credentials current now.
     fn connection_now(&self) -> Arc<Connection<ReplayBody<B>>> {
         self.connection_for(self.stores.generations())
     }
@@ -282,7 +253,7 @@ where
         }
         self.shared.address(&mut req);
         let req = req.map(ReplayBody::new);
-        // A call with a token: a 401 is the retry layer's to send again (`crate::refusal`).
+        // With a token, a 401 is the retry layer's to send again.
         let token = req.headers().contains_key(http::header::AUTHORIZATION);
         let replay = clone_request(&req);
         let first = match self.sender.as_mut() {
@@ -306,8 +277,7 @@ enum Failed<R> {
     Send(hyper::Error, Option<R>),
 }
 
-/// Sends `req` on `connection`, dialling it if it has no open connection; if the
-/// connection closes before it takes the request, once more on a new one.
+/// Sends `req` on `connection`, dialled if need be; again if it closed before taking it.
 async fn send<B>(
     shared: &Shared<B>,
     connection: &Connection<ReplayBody<B>>,
@@ -336,8 +306,7 @@ where
     }
 }
 
-/// A call: the first attempt (`first`: sent already, or the request when it waits for a
-/// connection), then what a refusal calls for.
+/// A call: its `first` attempt (or the request awaiting a connection), then any recovery.
 async fn respond<B, F>(
     shared: Arc<Shared<B>>,
     connection: Arc<Connection<ReplayBody<B>>>,
@@ -365,12 +334,10 @@ where
     Box::pin(recover(shared, connection.generations, outcome, again)).await
 }
 
-/// What a call needs to go again: its copy, and whether the retry layer sends a 401's
-/// call again itself.
+/// A call's copy, and whether the retry layer resends a 401 itself.
 type Again<B> = (Option<Request<ReplayBody<B>>>, bool);
 
-/// What follows the first attempt's `outcome`, on connections of generations `sent`: the
-/// answer, or after a refusal the reload and a second attempt.
+/// After the first attempt's `outcome` on generations `sent`: the answer, or a retry.
 async fn recover<B>(
     shared: Arc<Shared<B>>,
     sent: Generations,
@@ -395,8 +362,7 @@ where
         },
         Err(Failed::Send(error, back)) => {
             if not_processed(&error) {
-                // A stream the server's GOAWAY (or a REFUSED_STREAM) turned away: once more,
-                // on the connection of the credentials current now.
+                // Turned away by the server's GOAWAY or REFUSED_STREAM: once more.
                 let req = back.or_else(|| replay.filter(|r| r.body().start_replay()));
                 let Some(req) = req else {
                     return Err(shared.call_error(error));
@@ -437,7 +403,6 @@ where
     {
         return answer.into_outcome();
     }
-    // The connection of the credentials current now: made with the new one.
     let connection = shared.connection_now();
     refusal.resending();
     let outcome = send(&shared, &connection, req).await;

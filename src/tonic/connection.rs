@@ -1,5 +1,4 @@
-//! [`Connection`]: one generation's HTTP/2 connection to the origin, dialled when a call
-//! first needs it (and again once it has closed), one dial at a time.
+//! [`Connection`]: one generation's HTTP/2 connection, dialled on demand, one at a time.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -40,8 +39,7 @@ pub(crate) struct Dial {
 }
 
 impl Dial {
-    /// A new connection's sender, its task spawned: it ends once every sender of it is
-    /// dropped and its streams are done, or the connection fails.
+    /// A new connection's sender; its task ends with its last sender and stream, or fails.
     async fn connect<B>(&self) -> Result<SendRequest<B>, BoxError>
     where
         B: http_body::Body + Send + Unpin + 'static,
@@ -64,19 +62,16 @@ impl Dial {
     }
 }
 
-/// The server did not choose HTTP/2 in the TLS handshake (ALPN), the one protocol a
-/// channel offers: gRPC needs it.
+/// The server did not choose HTTP/2 by ALPN, the one protocol a channel offers.
 #[derive(Debug, thiserror::Error)]
 #[error("the server did not choose HTTP/2 (ALPN h2), which gRPC needs")]
 struct NotHttp2;
 
-/// A dial that took longer than `connect_timeout`.
 #[derive(Debug, thiserror::Error)]
 #[error("no connection within {0:?}")]
 struct TimedOut(Duration);
 
-/// One generation's connection: a call that starts while the credentials are of
-/// `generations` goes out on it.
+/// One generation's connection: the calls that start under `generations` go out on it.
 pub(crate) struct Connection<B> {
     pub(crate) generations: Generations,
     /// The dials finished so far, and the last one's outcome: its sender, or its error.
@@ -96,7 +91,6 @@ impl<B> Connection<B> {
         }
     }
 
-    /// The open connection's sender, if there is one.
     pub(crate) fn open(&self) -> Option<SendRequest<B>> {
         match &lock(&self.last).1 {
             Some(Ok(sender)) if !sender.is_closed() => Some(sender.clone()),
@@ -111,9 +105,8 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// The open connection's sender, or a new connection's. Callers that waited for a dial
-    /// that failed get its error rather than dialling again each in turn; a caller that
-    /// comes after it dials again.
+    /// The open connection's sender, or a new connection's. Callers that waited on a dial
+    /// that failed get its error; a caller that comes after it dials again.
     ///
     /// # Errors
     ///

@@ -1,15 +1,9 @@
 //! A kubeconfig file as the source of a client's credentials
 //! ([`Credentials::from_kubeconfig`](super::Credentials::from_kubeconfig)): the file is one
-//! store, read once per change (watched like a token file, the timer as backstop), and each
-//! credential inline in it — the user's `token`, `client-certificate-data` with
-//! `client-key-data`, the cluster's `certificate-authority-data` — is a store that follows
-//! it ([`Part`]).
+//! store, and each credential inline in it is a store that follows it ([`Part`]).
 //!
-//! A read installs the whole file or nothing: it parses, holds the context, every inline
-//! credential in use is valid, and what a client cannot change under itself is as when it
-//! was built ([`Shape`]: the context's server and every other setting of its cluster and
-//! user, which credentials are inline). Otherwise the read fails with an error naming the
-//! file and the problem, never a secret, and every credential stays as it was.
+//! A read installs the whole file or nothing: it must parse, hold the context and valid
+//! inline credentials, and keep the [`Shape`] the client was built for.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -31,8 +25,7 @@ use read::{Problem, absolute_paths, select};
 pub(crate) use snapshot::Snapshot;
 use snapshot::{Inline, Shape, snapshot};
 
-/// The kubeconfig file, parsed into the chosen context's [`Snapshot`] at each read, held to
-/// the [`Shape`] the client was built for.
+/// The kubeconfig file, parsed at each read by its [`KubeconfigParser`].
 pub(crate) struct KubeconfigSource {
     file: FileSource,
     parser: KubeconfigParser,
@@ -61,7 +54,6 @@ pub(crate) struct KubeconfigParser {
     shape: Shape,
 }
 
-/// The error of the file at `path`: [`Error::Kubeconfig`] with the problem.
 fn problem(path: &Path) -> impl Fn(Problem) -> Error + '_ {
     move |problem| Error::Kubeconfig {
         path: path.to_owned(),
@@ -70,7 +62,6 @@ fn problem(path: &Path) -> impl Fn(Problem) -> Error + '_ {
 }
 
 impl KubeconfigParser {
-    /// `bytes` parsed, checked and held to the shape.
     pub(super) fn parse(&self, bytes: &[u8], now: SystemTime) -> Result<Snapshot, Error> {
         let error = problem(&self.path);
         let (_, selected) = select(bytes, &self.selection).map_err(&error)?;
@@ -131,8 +122,7 @@ pub(super) async fn first_read(
     }
     let inline = shape.inline;
     if inline.token {
-        // The token store's header, not kube's auth layer's (closer to the wire, it would
-        // overwrite it).
+        // The token store's header goes on the requests: kube's auth layer would overwrite it.
         config.auth_info.token = None;
     }
     if !inline.any() {
@@ -154,7 +144,7 @@ pub(super) fn follow<S>(
     builder(Part::new(file, which)).follow(file)
 }
 
-/// Which of the context's credentials are inline, each a store that follows the file's.
+/// Which of the context's credentials are inline.
 pub(super) fn inline(file: &Store<Snapshot>) -> Inline {
     file.current().shape.inline
 }

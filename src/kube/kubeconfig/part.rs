@@ -1,5 +1,4 @@
-//! [`Part`]: one inline credential of a kubeconfig, as the source of its own store, taken
-//! out of what the store of the file holds.
+//! [`Part`]: one inline credential of a kubeconfig, as the source of its own store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,10 +17,9 @@ pub(crate) enum Which {
     Roots,
 }
 
-/// One inline credential of the file, as the source of its own store: taken out of what the
-/// file's store holds, which is read again when a server refuses the credential, when the
-/// user reloads, or at the credential's own dates; the store follows the file's store for
-/// the rest (see `refresh::follow`).
+/// One inline credential of the file, taken out of what the file's store holds. The file
+/// is read again for a refusal, a reload or the credential's own dates; otherwise the
+/// part's store follows the file's (see `refresh::follow`).
 pub(crate) struct Part {
     file: Store<Snapshot>,
     which: Which,
@@ -49,7 +47,6 @@ impl Part {
             return Err(error.into());
         }
         let snapshot = self.file.current();
-        // The shape holds which credentials are inline: a part is never missing.
         let bytes = match self.which {
             Which::Token => snapshot.token.as_ref().map(|s| s.as_slice()),
             Which::Identity => snapshot.identity.as_ref().map(|s| s.as_slice()),
@@ -71,9 +68,8 @@ impl TokenSource for Part {
 
     async fn fetch(&self, cx: FetchContext) -> Result<Fetched, FileFailed> {
         if Self::reads_file(cx.trigger()) {
-            // A read that starts now, for the part's own reason (a refusal must not be
-            // answered by a read from before it); and the file's watcher started again if
-            // its runtime went, as the part's own refresher is.
+            // A read that starts now (a refusal must not be answered by an older read), with
+            // the file's watcher started again if its runtime went.
             self.file.revive_if_stopped();
             let read = self
                 .file

@@ -65,7 +65,7 @@ pub(super) struct Selected {
     pub(super) user: AuthInfo,
 }
 
-/// The file's YAML parsed, and the chosen context in it, as kube's loader chooses it.
+/// The file's YAML parsed, and the chosen context in it.
 pub(super) fn select(
     bytes: &[u8],
     selection: &KubeConfigOptions,
@@ -79,8 +79,7 @@ pub(super) fn select(
     Ok((kubeconfig, selected))
 }
 
-/// The chosen context of `kubeconfig` (the current one, unless `selection` says), as
-/// kube's loader chooses it.
+/// The chosen context of `kubeconfig`: the current one, unless `selection` says.
 fn selected(kubeconfig: &Kubeconfig, selection: &KubeConfigOptions) -> Result<Selected, Problem> {
     let context = selection
         .context
@@ -117,9 +116,8 @@ fn selected(kubeconfig: &Kubeconfig, selection: &KubeConfigOptions) -> Result<Se
     })
 }
 
-/// The chosen context's cluster's `certificate-authority` path (the current context's,
-/// unless `options` says), when it has no `certificate-authority-data` (which kube would
-/// use first).
+/// The chosen cluster's `certificate-authority` path, unless it has
+/// `certificate-authority-data` (which kube would use first).
 pub(in crate::kube) fn ca_file(
     kubeconfig: &Kubeconfig,
     options: &KubeConfigOptions,

@@ -17,20 +17,17 @@ use crate::source::Fetched;
 use crate::store::{Credential, Kind, LoadError, Stamp};
 use crate::token::Token;
 
-/// Bytes that must never be shown: a token, a private key. Wiped when the last snapshot
-/// that holds them is dropped.
+/// A token or a private key: never shown, wiped with the last snapshot that holds it.
 pub(super) type Secret = Arc<Zeroizing<Vec<u8>>>;
 
-/// Which of a context's credentials come from the file itself, each a store of its own.
+/// Which of a context's credentials are inline, each a store of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Inline {
-    /// The user's `token`, when kube would use it (no auth provider, username and password
-    /// before it).
+    /// The user's `token`, when kube would use it.
     pub(crate) token: bool,
     /// The user's `client-certificate-data` and `client-key-data`, both (feature `tls`).
     pub(crate) identity: bool,
-    /// The cluster's `certificate-authority-data` (feature `tls`), for a cluster that is
-    /// verified.
+    /// The cluster's `certificate-authority-data` (feature `tls`), if verified.
     pub(crate) roots: bool,
 }
 
@@ -54,8 +51,7 @@ impl Inline {
 }
 
 /// What a client built on the file holds to for its life: the context, its server, a
-/// digest of every other setting of its cluster and user (the files and plugins they name,
-/// the inline credentials it does not follow), and which credentials are inline.
+/// digest of every other setting of its cluster and user, and which credentials are inline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Shape {
     pub(super) context: String,
@@ -77,8 +73,8 @@ impl Shape {
         user.token.take_if(|_| inline.token);
         user.client_certificate_data.take_if(|_| inline.identity);
         user.client_key_data.take_if(|_| inline.identity);
-        // Hashed as the JSON is written, never held whole: it holds secrets. The JSON pair
-        // delimits itself; these types always serialize, and the same way each time.
+        // Hashed as it is written, never held whole: it holds secrets. These types always
+        // serialize, and the same way each time.
         let mut hash = Sha256::new();
         let _ = serde_json::to_writer(Hashing(&mut hash), &(&cluster, &user));
         Self {
@@ -127,8 +123,7 @@ impl Shape {
     }
 }
 
-/// The kubeconfig's context as the file's store holds it: the inline credentials in use,
-/// checked.
+/// The chosen context's inline credentials in use, checked: what the file's store holds.
 #[derive(Clone)]
 pub(crate) struct Snapshot {
     pub(super) shape: Shape,
@@ -153,7 +148,7 @@ impl fmt::Display for Snapshot {
 }
 
 impl Credential for Snapshot {
-    /// It may hold a CA bundle inline, in base64: up to 16 MiB.
+    /// Room for a CA bundle inline.
     const KIND: Kind = Kind {
         name: "a kubeconfig",
         handle: "KubeconfigStore",
@@ -163,7 +158,6 @@ impl Credential for Snapshot {
 
     type Parser = super::KubeconfigParser;
 
-    /// The chosen context of the read, held to the shape the client was built for.
     fn from_fetched(
         fetched: Fetched,
         parser: &super::KubeconfigParser,
@@ -210,7 +204,6 @@ impl Credential for Snapshot {
     }
 }
 
-/// The inline credentials of `selected` that are in use, each checked.
 pub(super) fn snapshot(selected: &Selected, now: SystemTime) -> Result<Snapshot, Problem> {
     let shape = Shape::of(selected);
     let (user, user_name) = (&selected.user, &selected.user_name);

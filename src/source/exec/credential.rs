@@ -2,8 +2,7 @@
 //! given in `KUBERNETES_EXEC_INFO`, and the one it prints.
 //!
 //! The printed document is read as a [`serde_json::Value`] and its fields picked by hand,
-//! so that no error message can quote a value from it: serde's typed errors would
-//! ("invalid type: string \"…\"").
+//! so that no error message can quote a value from it, as serde's typed errors would.
 
 use std::time::SystemTime;
 
@@ -13,8 +12,7 @@ use zeroize::{Zeroize as _, Zeroizing};
 
 use super::ExecError;
 
-/// The `apiVersion` of the `ExecCredential` exchanged with the plugin. The plugin must
-/// answer in the version it was given.
+/// The `apiVersion` of the `ExecCredential` exchanged with the plugin, both ways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub(crate) enum ApiVersion {
     /// `client.authentication.k8s.io/v1`.
@@ -25,7 +23,6 @@ pub(crate) enum ApiVersion {
 }
 
 impl ApiVersion {
-    /// The version as a kubeconfig spells it.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             ApiVersion::V1 => "client.authentication.k8s.io/v1",
@@ -43,25 +40,19 @@ impl ApiVersion {
     }
 }
 
-/// The cluster a plugin is told about when the kubeconfig says `provideClusterInfo: true`
-/// (the `spec.cluster` of `KUBERNETES_EXEC_INFO`, as client-go fills it).
+/// The `spec.cluster` of `KUBERNETES_EXEC_INFO` with `provideClusterInfo: true`, each field
+/// as the kubeconfig names it.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(not(any(test, feature = "kube")), allow(dead_code))]
 pub(crate) struct ClusterInfo {
-    /// `server`: the API server's URL.
     pub(crate) server: String,
-    /// `tls-server-name`.
     pub(crate) tls_server_name: Option<String>,
-    /// `insecure-skip-tls-verify`.
     pub(crate) insecure_skip_tls_verify: bool,
-    /// `certificate-authority-data` (PEM bytes; base64 in the document).
+    /// PEM bytes; base64 in the document.
     pub(crate) certificate_authority_data: Option<Vec<u8>>,
-    /// `proxy-url`.
     pub(crate) proxy_url: Option<String>,
-    /// `disable-compression`.
     pub(crate) disable_compression: bool,
-    /// `config`: the cluster's `client.authentication.k8s.io/exec` extension, passed
-    /// through as it is.
+    /// The cluster's `client.authentication.k8s.io/exec` extension, as it is.
     pub(crate) config: Option<Value>,
 }
 
@@ -86,8 +77,7 @@ impl ClusterInfo {
     }
 }
 
-/// The `KUBERNETES_EXEC_INFO` document: `spec.interactive` always, `spec.cluster` when
-/// the cluster is provided.
+/// The `KUBERNETES_EXEC_INFO` document.
 pub(super) fn exec_info(
     api_version: ApiVersion,
     interactive: bool,
@@ -105,8 +95,7 @@ pub(super) fn exec_info(
     .to_string()
 }
 
-/// What a plugin's credential holds, once checked. The token and the key are wiped when
-/// dropped.
+/// What a plugin's credential holds, once checked; the token and the key wiped on drop.
 pub(super) struct Credential {
     pub(super) token: Option<Zeroizing<String>>,
     /// `clientCertificateData` and `clientKeyData` (PEM), when both are there.
@@ -116,9 +105,8 @@ pub(super) struct Credential {
     pub(super) expires_at: Option<SystemTime>,
 }
 
-/// Reads a plugin's standard output as an `ExecCredential` of `api_version`, in the order
-/// client-go checks it: the document, its kind and version, its status, then its
-/// credentials and their expiry.
+/// Reads a plugin's standard output as an `ExecCredential` of `api_version`, checked in
+/// client-go's order.
 pub(super) fn parse(
     stdout: &[u8],
     api_version: ApiVersion,
@@ -202,8 +190,7 @@ impl Drop for Wiped<'_> {
     }
 }
 
-/// A value from the plugin's output, fit to be shown in an error: short, and with anything
-/// that looks like a token redacted.
+/// A value from the plugin's output, cut and redacted for an error.
 fn shown(value: &str) -> String {
     const MAX: usize = 64;
     let mut value = super::redact::redact(value);

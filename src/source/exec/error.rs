@@ -4,12 +4,8 @@ use std::io;
 
 /// Why an exec plugin gave no token, or its configuration cannot be used.
 ///
-/// A failed run's message says what went wrong; the store's
-/// [`LoadError`](crate::LoadError) that wraps it names the command first (`cannot fetch a
-/// token from exec plugin aws: exited with status 1; stderr: ...`). A configuration error
-/// ([`Config`](Self::Config)) names the command itself. None holds a token: the plugin's
-/// stderr is cut and redacted, and nothing of its standard output is quoted but a redacted
-/// `kind` or `apiVersion`.
+/// The [`LoadError`](crate::LoadError) that wraps it names the command. None holds a
+/// token: what it quotes of the plugin's output is cut and redacted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExecError {
@@ -46,8 +42,7 @@ pub enum ExecError {
         command: String,
         /// How it ended: `exited with status 1`, `was killed by signal 9`.
         status: String,
-        /// The tail of its standard error, cut and redacted; `None` when it went to the
-        /// terminal (interactive mode).
+        /// The tail of its standard error; `None` when it went to the terminal.
         stderr: Option<String>,
     },
     /// The plugin printed more than the source accepts.
@@ -105,9 +100,8 @@ pub enum ExecError {
         /// The command.
         command: String,
     },
-    /// The credential holds a client certificate (`clientCertificateData`,
-    /// `clientKeyData`) and no token: load it as a client identity
-    /// (`tls::IdentityStore::exec`, feature `tls`; `bearer_reload::kube` does).
+    /// The credential holds a client certificate and no token: load it as a client
+    /// identity (`tls::IdentityStore::exec`, feature `tls`).
     #[error(
         "the plugin returned a client certificate and no token (status.token): load it as a \
          client identity (tls::IdentityStore::exec)"
@@ -116,8 +110,7 @@ pub enum ExecError {
         /// The command.
         command: String,
     },
-    /// The credential lacks `clientCertificateData` or `clientKeyData`, for a store that
-    /// wants the client certificate.
+    /// The credential lacks `clientCertificateData` or `clientKeyData`.
     #[error(
         "the plugin printed an ExecCredential without a client certificate and key \
          (status.clientCertificateData, status.clientKeyData)"
@@ -126,8 +119,7 @@ pub enum ExecError {
         /// The command.
         command: String,
     },
-    /// `interactiveMode: Always`, and standard input is not a terminal: the plugin is not
-    /// run (it would wait for an answer that cannot come).
+    /// `interactiveMode: Always`, and standard input is not a terminal: not run.
     #[error(
         "the plugin needs a terminal (interactiveMode: Always) and standard input is not \
          one; not running it"
@@ -146,7 +138,6 @@ pub enum ExecError {
     },
 }
 
-/// `; stderr: <tail>`, ` (no stderr)`, or nothing (it went to the terminal).
 fn stderr_tail(stderr: Option<&str>) -> String {
     match stderr {
         Some("") => " (no stderr)".to_owned(),
@@ -155,7 +146,6 @@ fn stderr_tail(stderr: Option<&str>) -> String {
     }
 }
 
-/// A `kind` or `apiVersion` printed, quoted, or `none`.
 fn found_text(found: Option<&str>) -> String {
     found.map_or_else(|| "none".to_owned(), |found| format!("{found:?}"))
 }

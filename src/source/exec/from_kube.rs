@@ -7,21 +7,15 @@ use super::{ApiVersion, ClusterInfo, ExecError, ExecSource, InteractiveMode, red
 impl TryFrom<&ExecConfig> for ExecSource {
     type Error = ExecError;
 
-    /// The plugin a kubeconfig user's `exec` section describes: `command`, `args`, `env`,
-    /// `apiVersion` (`v1` or `v1beta1`), `interactiveMode`, `installHint`, and with
-    /// `provideClusterInfo` the cluster kube's loader put in `cluster`. kube's `drop_env`
-    /// is honoured too.
-    ///
-    /// `interactiveMode` is read as client-go reads it: required with `v1` (client-go
-    /// refuses a `v1` section without it, and kubectl's validation says it "must be
-    /// specified"), `IfAvailable` when a `v1beta1` section leaves it out.
+    /// The plugin a kubeconfig user's `exec` section describes, with `provideClusterInfo`
+    /// the cluster kube's loader put in `cluster`. `interactiveMode` is read as client-go
+    /// reads it: required with `v1`, `IfAvailable` when a `v1beta1` section leaves it out.
     ///
     /// # Errors
     ///
-    /// [`ExecError::Config`], naming the command, when there is no command, no or an
-    /// unknown `apiVersion`, a `v1` section without `interactiveMode`, an `env` entry
-    /// without a name, or `provideClusterInfo` without a cluster (a config not built by
-    /// kube's loader).
+    /// [`ExecError::Config`] when there is no command, no or an unknown `apiVersion`, a
+    /// `v1` section without `interactiveMode`, an `env` entry without a name, or
+    /// `provideClusterInfo` without a cluster.
     ///
     /// # Examples
     ///

@@ -1,17 +1,14 @@
 //! What of a plugin's standard error may go into an error message: its tail, cut, with
 //! anything that looks like a token taken out.
 //!
-//! A plugin that fails often says why on stderr ("token expired, run `aws sso login`"),
-//! and sometimes echoes a token or a refresh token while doing so. A run of 16 or more
-//! characters of the token68 alphabet (`A-Z a-z 0-9 - . _ ~ + / =`: base64, base64url,
-//! JWTs, hex) that holds a digit, or both upper- and lowercase letters, is replaced by
-//! `[redacted]`. Plain words and lowercase paths stay readable; a path with digits or
-//! capitals in it is redacted too, which costs a little context and never a secret.
+//! A run of 16 or more characters of the token68 alphabet (`A-Z a-z 0-9 - . _ ~ + / =`:
+//! base64, base64url, JWTs, hex) that holds a digit, or both upper- and lowercase letters,
+//! is replaced by `[redacted]`. Plain words and lowercase paths stay readable; a path with
+//! digits or capitals is redacted too, which costs a little context and never a secret.
 
-/// Stderr bytes kept for an error message: the last 2 KiB.
+/// Stderr bytes kept for an error message.
 pub(super) const STDERR_TAIL: usize = 2048;
 
-/// The shortest run of token characters that is redacted.
 const MIN_SECRET: usize = 16;
 
 const REDACTED: &str = "[redacted]";
@@ -42,8 +39,7 @@ fn looks_secret(run: &str) -> bool {
     has(u8::is_ascii_digit) || (has(u8::is_ascii_uppercase) && has(u8::is_ascii_lowercase))
 }
 
-/// `group/vN`, `group/vNalphaM`, `group/vNbetaM` in lowercase
-/// (`client.authentication.k8s.io/v1beta1`): what plugins complain about, never a secret.
+/// `group/vN`, `group/vNalphaM`, `group/vNbetaM` in lowercase: never a secret.
 fn is_api_version(s: &str) -> bool {
     let Some((group, version)) = s.rsplit_once("/v") else {
         return false;
@@ -82,9 +78,9 @@ impl Tail {
         }
     }
 
-    /// The tail as text fit for an error: trimmed, control characters (terminal escapes)
-    /// dropped, secrets redacted. When the stream was cut, the partial line or word at the
-    /// cut is dropped too, so that the end of a token cut in two never shows.
+    /// The tail as text fit for an error: trimmed, terminal escapes dropped, secrets
+    /// redacted; after a cut, the partial word at the cut is dropped too, so that the end
+    /// of a token cut in two never shows.
     pub(super) fn into_message(self) -> String {
         let text = String::from_utf8_lossy(&self.bytes);
         let clean = |text: &str| redact(strip_escapes(text).trim());

@@ -1,15 +1,9 @@
 //! One run of a plugin: spawn it, read its standard output up to a cap and the tail of its
 //! standard error, wait for it.
 //!
-//! Everything here is asynchronous (`tokio::process`): no worker is blocked while a plugin
-//! runs, and when the store drops a run that took too long, the child is dropped with it
-//! and killed (`kill_on_drop`). On Unix, a plugin that does not share the terminal runs in
-//! a process group of its own, killed whole when the run ends before the plugin does (a
-//! time limit, an oversize output, a read error): a wrapper script's children (`sh -c
-//! 'helper & wait'`), which `kill_on_drop` alone would leave running, go with it. A plugin
-//! that shares the terminal stays in the terminal's foreground group, so that it may
-//! prompt. Other systems (Windows) have no process group to kill without unsafe code (a
-//! job object): there `kill_on_drop` ends the plugin itself, and its children live on.
+//! A run the store drops kills the child (`kill_on_drop`) and, on Unix, its process group.
+//! A plugin that shares the terminal stays in the terminal's foreground group, so that it
+//! may prompt. Windows has no process group to kill without unsafe code (a job object).
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
@@ -21,8 +15,8 @@ use zeroize::Zeroizing;
 use super::redact::Tail;
 use super::{ExecError, ExecSource, credential};
 
-/// Runs `plugin`, sharing the terminal when `shared`, refusing more than its `max_output`
-/// bytes of standard output: that output, once the plugin exited successfully.
+/// Runs `plugin`, sharing the terminal when `shared`: its standard output, once it exited
+/// successfully.
 pub(super) async fn run(
     plugin: &ExecSource,
     shared: bool,
@@ -81,8 +75,7 @@ pub(super) async fn run(
     // An oversize output ends the run at once: the child is dropped, and killed, here.
     let (stdout, stderr) = tokio::try_join!(read_stdout, read_stderr)?;
     let status = child.wait().await.map_err(io_error)?;
-    // The plugin exited and its output is closed: what it left running (a daemon that
-    // closed its output) is its own business.
+    // The plugin exited: what it left running (a daemon that closed its output) is its own.
     #[cfg(unix)]
     {
         group.0 = None;
@@ -125,16 +118,14 @@ impl Drop for Group {
     }
 }
 
-/// Reads `r` to its end into wiped memory; `None` as soon as it holds more than `max`
-/// bytes.
+/// Reads `r` into wiped memory; `None` as soon as it holds more than `max` bytes.
 async fn read_capped(
     mut r: impl AsyncRead + Unpin,
     max: usize,
 ) -> io::Result<Option<Zeroizing<Vec<u8>>>> {
     let mut bytes = Zeroizing::new(Vec::with_capacity(8192));
     loop {
-        // Grown by hand before a read fills it: a `Vec`'s own growth frees the old buffer
-        // without wiping it. The read goes straight into the spare room, with no copy.
+        // Grown by hand: a `Vec`'s own growth frees the old buffer without wiping it.
         if bytes.len() == bytes.capacity() {
             let mut grown = Zeroizing::new(Vec::with_capacity(bytes.capacity() * 2));
             grown.extend_from_slice(&bytes);

@@ -1,11 +1,9 @@
 //! [`TokenRequestError`]: why a TokenRequest gave no token.
 
-/// Why a TokenRequest gave no token: a request the API would refuse, caught before it is
-/// sent, or what the API server (or the connection to it) answered.
+/// Why a TokenRequest gave no token: a request the API would refuse, or its answer.
 ///
-/// The store keeps serving the last good token while it is valid and retries with a
-/// backoff. The store's [`LoadError`](crate::LoadError) that wraps this error names the
-/// service account and the audiences first; none holds a token.
+/// The store's [`LoadError`](crate::LoadError) that wraps it names the service account and
+/// the audiences first; none holds a token.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenRequestError {

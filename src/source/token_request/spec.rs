@@ -9,13 +9,11 @@ use serde_json::json;
 
 use super::TokenRequestError;
 
-/// The API's least `expirationSeconds`.
 const MIN_EXPIRATION: Duration = Duration::from_secs(600);
 
-/// The API's largest `expirationSeconds`.
 const MAX_EXPIRATION: Duration = Duration::from_secs(1 << 32);
 
-/// The API's default `expirationSeconds`, used when the source is given none.
+/// The API's default `expirationSeconds`.
 pub(super) const DEFAULT_EXPIRATION: Duration = Duration::from_secs(3600);
 
 /// What to ask for, as the user gave it.
@@ -26,11 +24,8 @@ pub(super) struct Spec {
     /// Sorted, without repeats.
     pub(super) audiences: Vec<String>,
     pub(super) expiration: Duration,
-    /// The object a token is bound to (`spec.boundObjectRef`), by kind (`Pod`, `Secret`
-    /// or `Node`) and name: the token is valid only while that object exists (and has
-    /// the uid, when given).
+    /// The object a token is bound to (`spec.boundObjectRef`), by kind and name.
     pub(super) bound: Option<(&'static str, String)>,
-    /// The uid of the bound object, given apart from it.
     pub(super) bound_uid: Option<String>,
 }
 
@@ -38,7 +33,6 @@ pub(super) struct Spec {
 pub(super) struct Checked {
     /// `/api/v1/namespaces/{ns}/serviceaccounts`.
     pub(super) path: String,
-    /// The request's body.
     pub(super) body: Vec<u8>,
     /// `expirationSeconds` as asked for.
     pub(super) expiration: Duration,
@@ -47,7 +41,7 @@ pub(super) struct Checked {
 }
 
 impl Spec {
-    /// Checks the request against the API's rules (see the tests for each).
+    /// Checks the request against the API's rules.
     pub(super) fn check(&self) -> Result<Checked, TokenRequestError> {
         let names = [
             ("namespace", &self.namespace, false),

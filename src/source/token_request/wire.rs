@@ -1,10 +1,8 @@
-//! The API server's answer to a TokenRequest (`authentication.k8s.io/v1`), read as JSON
-//! (the request is written as JSON too, in `spec`).
+//! The API server's answer to a TokenRequest (`authentication.k8s.io/v1`), read as JSON.
 //!
-//! Not through k8s-openapi's types: their shape changes with the Kubernetes version a
-//! build enables (`spec`, `status.token` and `status.expirationTimestamp` became `Option`s
-//! in 1.36), and a library must build with any. And the answer is read here rather than by
-//! `kube::Client::request`, which logs a whole body it cannot parse: this one holds a token.
+//! Not through k8s-openapi's types, whose shape changes with the Kubernetes version a build
+//! enables; nor by `kube::Client::request`, which logs a whole body it cannot parse: this
+//! one holds a token.
 
 use std::time::{Duration, SystemTime};
 
@@ -13,7 +11,6 @@ use zeroize::Zeroizing;
 
 /// What the API server issued.
 pub(super) struct Issued {
-    /// The token. Secret.
     pub(super) token: Zeroizing<String>,
     /// `status.expirationTimestamp`.
     pub(super) expires_at: SystemTime,
@@ -22,7 +19,7 @@ pub(super) struct Issued {
     pub(super) ttl: Duration,
 }
 
-/// Reads the API server's answer. The problems named never quote the body.
+/// Reads the API server's answer; the problem never quotes it.
 pub(super) fn parse_response(body: &str, asked: Duration) -> Result<Issued, &'static str> {
     let mut response: Value = serde_json::from_str(body).map_err(|_| "is not JSON")?;
     // Taken out first, so that an answer refused below drops it wiped.
