@@ -33,7 +33,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tower::{Layer, ServiceBuilder, ServiceExt};
 use tower_http::map_request_body::{MapRequestBody, MapRequestBodyLayer};
 
-use crate::grpc::GrpcServer;
+use super::grpc::GrpcServer;
 use crate::support::server::{AuthServer, http1_client};
 use crate::support::tls::TestCa;
 

@@ -1,10 +1,12 @@
 //! Helpers shared by the integration tests. Each test binary uses a part of them.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod alone;
 pub mod exec_plugin;
 pub mod key_types;
 pub mod kube_api;
 pub mod mtls;
+pub mod oauth2_server;
 pub mod pki;
 pub mod procfs;
 pub mod prometheus;
@@ -17,12 +19,12 @@ pub mod stalled;
 pub mod tls;
 pub mod token_request;
 pub mod writers;
-// `grpc.rs` and `clients.rs` are included only by the binaries that use them (with
-// `#[path]`), so that the others do not compile tonic and reqwest.
+// `grpc.rs` and `clients.rs` are included only by the conformance suite (with `#[path]`),
+// so that the binaries without it do not compile its tonic and reqwest clients.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bearer_reload::source::{FileSource, FnSource};
@@ -150,16 +152,23 @@ impl<'a> MakeWriter<'a> for Logs {
 }
 
 impl Logs {
-    /// Installs a process-wide subscriber that writes every event, at every level, here.
-    /// Once per test binary.
+    /// The process-wide subscriber's logs: every event, at every level, of every thread.
+    /// Installed by the first call; later calls in the process share it. The tests that
+    /// call it run in a process of their own ([`alone`]), so that no other test's events
+    /// are written, at every level, meanwhile.
     pub fn capture_globally() -> Self {
-        let logs = Logs::default();
-        tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .init();
-        logs
+        static GLOBAL: OnceLock<Logs> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let logs = Logs::default();
+                tracing_subscriber::fmt()
+                    .with_writer(logs.clone())
+                    .with_ansi(false)
+                    .with_max_level(tracing::Level::TRACE)
+                    .init();
+                logs
+            })
+            .clone()
     }
 
     /// Everything logged so far.

@@ -183,9 +183,15 @@ fn read(path: &Path) -> String {
 }
 
 /// This test binary run again for its test `test` alone (an ignored one, which the child
-/// runs), with `env` added: a test of what a process reads from its environment
-/// (`HTTPS_PROXY`), which no test can change for itself alone.
+/// runs; named as the harness names it, [`super::alone::test_name`]), with `env` added: a
+/// test of what a process reads from its environment (`HTTPS_PROXY`), which no test can
+/// change for itself alone.
 pub fn child(test: &str, env: &[(&str, &str)]) -> Command {
+    assert_eq!(
+        super::alone::listed(test),
+        1,
+        "no test {test} for the child to run"
+    );
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.args([test, "--exact", "--ignored", "--nocapture"]);
     // The parent's own proxy settings are not the test's.

@@ -1,10 +1,10 @@
 //! `tonic::TlsChannel`'s own behaviours, against real servers: one dial for a burst of
 //! first calls, a stream the server refused (`REFUSED_STREAM`: never processed) sent again
 //! with its body while any other reset is not, and a dial that fails naming the origin.
-//! Rotations and refusals of each credential are the matrix's (`tests/conformance`); here,
+//! Rotations and refusals of each credential are the matrix's (`tests/it/conformance/`); here,
 //! what a refused certificate's call counts.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! A 401 reloads the token at once and the request is retried once, with its body replayed.
 //! Every test runs against a real local HTTP server that accepts only the tokens it is told.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

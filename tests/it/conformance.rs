@@ -11,18 +11,18 @@
 //!    nothing is sent twice.
 //! 5. A request with its own `Authorization`: left alone, no reload on its refusal.
 //!
-//! `cargo test --all-features --test conformance -- --nocapture` prints one line per kind,
+//! `cargo test --all-features --test it -- conformance:: --nocapture` prints one line per kind,
 //! `conformance client=<kind> scenarios=5 passed=5`, and scenario 2's
 //! `revocation client=<kind> requests=N failed=0`.
 
-#[path = "support/clients.rs"]
+#[path = "../support/clients.rs"]
 mod clients;
-#[path = "support/grpc.rs"]
+#[path = "../support/grpc.rs"]
 mod grpc;
 #[cfg(all(feature = "tonic", feature = "kube"))]
-#[path = "conformance/matrix.rs"]
 mod matrix;
-mod support;
+
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! written by the test (`certificate-authority-data` + `tokenFile`), read the way kube reads
 //! it, and a token file rotated the way the kubelet rotates it.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::Duration;
@@ -411,7 +411,10 @@ async fn infer_reads_the_kubeconfig_from_the_environment() {
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "infer_reads_the_kubeconfig_from_the_environment",
+            &support::alone::test_name(
+                module_path!(),
+                "infer_reads_the_kubeconfig_from_the_environment",
+            ),
             "--nocapture",
         ])
         .env("KUBECONFIG", &kubeconfig)
@@ -513,7 +516,10 @@ fn infer_config_reads_the_kubeconfig_off_the_runtime_thread() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "infer_config_reads_the_kubeconfig_off_the_runtime_thread",
+            &support::alone::test_name(
+                module_path!(),
+                "infer_config_reads_the_kubeconfig_off_the_runtime_thread",
+            ),
             "--nocapture",
         ])
         .env("KUBECONFIG", &fifo)

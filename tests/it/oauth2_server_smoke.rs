@@ -2,8 +2,7 @@
 //! works end to end, with plain HTTPS requests: the grants, the client authentications,
 //! introspection, revocation and the admin endpoints the OAuth 2.0 source's tests rely on.
 
-#[path = "support/oauth2_server.rs"]
-mod oauth2_server;
+use crate::support::oauth2_server;
 
 use std::time::Duration;
 

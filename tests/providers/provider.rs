@@ -1,9 +1,8 @@
 //! The rustls provider the TLS stores use when the application installed a process
-//! default: that one, before the provider of the crate's feature. A test binary of its
-//! own, as the default is process-wide and set once.
+//! default: that one, before the provider of the crate's feature. In a process of its own
+//! (`support::alone`), as the default is process-wide and set once.
 
-#[path = "support/pki.rs"]
-mod pki;
+use crate::support::{self, pki};
 
 use std::sync::Arc;
 
@@ -13,6 +12,12 @@ use rustls::crypto::CryptoProvider;
 
 #[tokio::test]
 async fn the_process_default_the_application_installed_is_the_one_used() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "the_process_default_the_application_installed_is_the_one_used",
+    ) {
+        return;
+    }
     // One cipher suite only: no feature's provider looks like it.
     let mut provider = rustls::crypto::ring::default_provider();
     provider

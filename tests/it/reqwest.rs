@@ -2,7 +2,7 @@
 //! options, and the connection a retry goes out on. Real reqwest clients against a local
 //! server.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,7 +135,7 @@ async fn without_the_retry_a_401_goes_back_and_the_next_request_has_the_new_toke
 }
 
 /// Over HTTP/2 too, the 401's body is read before the retry rather than its stream reset
-/// (why: `tests/retry.rs`, `over_http2_a_401s_body_is_read_to_its_end_not_reset`).
+/// (why: `tests/it/retry.rs`, `over_http2_a_401s_body_is_read_to_its_end_not_reset`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http2_a_401s_body_is_read_to_its_end_not_reset() {
     let dir = tempfile::tempdir().unwrap();

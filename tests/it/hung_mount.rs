@@ -22,13 +22,14 @@
 //! At the end the mounts are released (every held request answered with `EIO`) and
 //! unmounted. Where FUSE cannot be used (no `/dev/fuse`, the mount fails), the test says
 //! so on its output and passes, unless `BEARER_RELOAD_REQUIRE_FUSE` is set (as `.ci/run`
-//! does where `/dev/fuse` exists). Alone in its binary: it mounts filesystems and watches
-//! which threads wait on them.
+//! does where `/dev/fuse` exists). Each test in a process of its own (`support::alone`):
+//! it mounts filesystems and watches which threads wait on them, and the process's one
+//! directory check can be held by a hung mount.
 
-mod support;
+use crate::support;
 
 #[cfg(target_os = "linux")]
-#[path = "support/fuse.rs"]
+#[path = "../support/fuse.rs"]
 mod fuse;
 
 #[cfg(target_os = "linux")]
@@ -739,6 +740,12 @@ mod linux {
 
 #[test]
 fn on_a_current_thread_runtime_a_hung_mount_holds_no_runtime_thread() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "on_a_current_thread_runtime_a_hung_mount_holds_no_runtime_thread",
+    ) {
+        return;
+    }
     #[cfg(target_os = "linux")]
     linux::a_hung_mount_holds_no_runtime_thread(linux::Flavor::CurrentThread);
     #[cfg(not(target_os = "linux"))]
@@ -747,6 +754,12 @@ fn on_a_current_thread_runtime_a_hung_mount_holds_no_runtime_thread() {
 
 #[test]
 fn on_a_multi_thread_runtime_a_hung_mount_holds_no_runtime_thread() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "on_a_multi_thread_runtime_a_hung_mount_holds_no_runtime_thread",
+    ) {
+        return;
+    }
     #[cfg(target_os = "linux")]
     linux::a_hung_mount_holds_no_runtime_thread(linux::Flavor::MultiThread);
     #[cfg(not(target_os = "linux"))]

@@ -1,13 +1,11 @@
 //! `reqwest::TlsMiddleware` built exactly as its docs show, with the crate's default
-//! features and no process-wide rustls provider: it sends its request. A test binary of
-//! its own, as the process default is set once and no other test may install it here.
+//! features and no process-wide rustls provider: it sends its request. In a process of its
+//! own (`support::alone`), as the process default is set once and no other test may
+//! install it there.
 //! `reqwest_middleware::ClientBuilder::new(reqwest::Client::new())`, the construction the
 //! docs showed before, panicked here.
 
-#[path = "support/mtls.rs"]
-mod mtls;
-#[path = "support/pki.rs"]
-mod pki;
+use crate::support::{self, mtls, pki};
 
 use std::time::Duration;
 
@@ -18,6 +16,12 @@ use rustls::crypto::CryptoProvider;
 
 #[tokio::test]
 async fn the_documented_construction_needs_no_process_default_provider() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "the_documented_construction_needs_no_process_default_provider",
+    ) {
+        return;
+    }
     assert!(
         CryptoProvider::get_default().is_none(),
         "a provider installed"

@@ -3,7 +3,7 @@
 //! returns `clientCertificateData`, against an HTTPS server that requires client
 //! certificates and refuses the old one at each rotation.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 
@@ -459,10 +459,16 @@ async fn certificates_rotate_under_load_through_a_socks5_proxy_with_a_password()
     certificate_rotation_under_load_through(&proxy.url(), |to| proxy.connects_to(to)).await;
 }
 
-/// The one test of this binary that installs a subscriber (the process's: a callsite's
-/// interest is the process's too).
+/// Installs the process's subscriber (a callsite's interest is the process's too): in a
+/// process of its own (`support::alone`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_has_kubes_trace_span_and_asks_for_gzip() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "the_client_has_kubes_trace_span_and_asks_for_gzip",
+    ) {
+        return;
+    }
     let logs = support::Logs::capture_globally();
     let tmp = tempfile::tempdir().unwrap();
     let ca = Ca::new("kubernetes");

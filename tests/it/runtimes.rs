@@ -2,10 +2,10 @@
 //! short-lived runtime (a start-up step, a probe, a test fixture) and again on its main
 //! runtime, and the first runtime ends. Every store follows its file afterwards: the one
 //! loaded on the live runtime as always, and the one whose refresher died with its runtime
-//! from its next use on; meanwhile its status says that nothing refreshes it. Alone in its
-//! binary, because it captures the process's logs.
+//! from its next use on; meanwhile its status says that nothing refreshes it. The first
+//! test in a process of its own (`support::alone`), because it captures the process's logs.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -38,6 +38,12 @@ fn stopped(store: &TokenStore) -> bool {
 
 #[test]
 fn a_store_whose_runtime_ended_says_so_and_its_next_use_starts_it_again() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "a_store_whose_runtime_ended_says_so_and_its_next_use_starts_it_again",
+    ) {
+        return;
+    }
     let logs = support::Logs::capture_globally();
     let tmp = tempfile::tempdir().unwrap();
     let volume = ProjectedTokenDir::create(tmp.path().join("sa"), "one").unwrap();

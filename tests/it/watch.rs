@@ -2,7 +2,7 @@
 //! rewritten in practice. The timer is off: only the watcher can explain a reload. Each
 //! wait is on the store's own signals (subscribe, status) with a deadline.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,8 +1,9 @@
 //! The metrics an operator scrapes: a Prometheus exporter installed in this process, a
 //! store going through a kubelet rotation and a revoking server, and the exposition read
-//! back over HTTP and parsed. Alone in its binary: the recorder is process-wide.
+//! back over HTTP and parsed. In a process of its own (`support::alone`): the recorder is
+//! process-wide.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -42,6 +43,12 @@ async fn scrape_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_scrapes_every_metric_moving_through_a_rotation() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "an_operator_scrapes_every_metric_moving_through_a_rotation",
+    ) {
+        return;
+    }
     let addr: SocketAddr = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap()

@@ -1,7 +1,7 @@
 //! One watcher per process: many stores share one inotify instance and one watch per
 //! directory, and dropping them leaves nothing behind. Seen from outside, as the kernel
-//! counts them: inotify descriptors and watches, and threads. Alone in its binary, because
-//! it counts the process's resources.
+//! counts them: inotify descriptors and watches, and threads. In a process of its own
+//! (`support::alone`), because it counts the process's resources.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +9,7 @@ use bearer_reload::TokenStore;
 use support::procfs::{inotify_fds, inotify_watches, threads};
 use support::writers::rename_over;
 
-mod support;
+use crate::support;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -34,6 +34,12 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_stores_on_twenty_files_in_five_directories() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "two_hundred_stores_on_twenty_files_in_five_directories",
+    ) {
+        return;
+    }
     assert_eq!(inotify_fds(), 0);
     let tmp = tempfile::tempdir().unwrap();
     let mut files = Vec::new();

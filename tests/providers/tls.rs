@@ -2,7 +2,7 @@
 //! that requires client certificates (rustls, `WebPkiClientVerifier`) and refuses the old
 //! certificate at each rotation.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -1328,7 +1328,8 @@ async fn the_client_goes_through_the_proxy_https_proxy_names_unless_no_proxy_say
         ("BEARER_RELOAD_TEST_URL", url.as_str()),
         ("BEARER_RELOAD_TEST_DIR", dir),
     ];
-    let mut child = support::proxy::child("https_proxy_child", &env)
+    let child_test = support::alone::test_name(module_path!(), "https_proxy_child");
+    let mut child = support::proxy::child(&child_test, &env)
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -1349,7 +1350,7 @@ async fn the_client_goes_through_the_proxy_https_proxy_names_unless_no_proxy_say
         ("NO_PROXY", "localhost"),
     ];
     let no_proxy = [&env[..], &to_direct[..]].concat();
-    let mut child = support::proxy::child("https_proxy_child", &no_proxy)
+    let mut child = support::proxy::child(&child_test, &no_proxy)
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();

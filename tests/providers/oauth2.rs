@@ -4,14 +4,8 @@
 //! before expiry, revocation answered by a 401 and a retry, a rotating assertion file, a
 //! rotated secret, a burst of refusals, token exchange.
 
-#[path = "support/oauth2_server.rs"]
-mod oauth2_server;
-#[path = "support/proxy.rs"]
-mod proxy;
-#[path = "support/serve.rs"]
-mod serve;
-#[path = "support/tls.rs"]
-mod test_tls;
+use crate::support::tls as test_tls;
+use crate::support::{oauth2_server, proxy, serve};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -610,19 +604,14 @@ async fn the_grant_goes_through_the_proxy_https_proxy_names_unless_no_proxy_says
         ("BEARER_RELOAD_TEST_URL", server.token_endpoint()),
         ("BEARER_RELOAD_TEST_CA", ca.to_str().unwrap()),
     ];
-    let status = proxy::child("https_proxy_child", &env)
-        .status()
-        .await
-        .unwrap();
+    let child_test = crate::support::alone::test_name(module_path!(), "https_proxy_child");
+    let status = proxy::child(&child_test, &env).status().await.unwrap();
     assert!(status.success(), "the child failed");
     let through = proxy.connects_to(&authority);
     assert!(through >= 1, "{}", proxy.log());
 
     let no_proxy = [env.as_slice(), &[("NO_PROXY", "127.0.0.1")]].concat();
-    let status = proxy::child("https_proxy_child", &no_proxy)
-        .status()
-        .await
-        .unwrap();
+    let status = proxy::child(&child_test, &no_proxy).status().await.unwrap();
     assert!(status.success(), "the child failed");
     assert_eq!(proxy.connects_to(&authority), through);
 }

@@ -6,7 +6,7 @@
 //! jumps to each timer while no HTTP exchange is in flight (`support/sim.rs`), and the same
 //! clock as the store's wall clock (`StoreBuilder::simulated_clock`) and the API's.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,11 +1,11 @@
 //! A read stuck in the kernel holds one blocking thread, however many reloads follow: a
 //! token path that is a FIFO without a writer (as a dead mount would) is reloaded 20 times
-//! with a 100 ms time limit, and the process's thread count stays where it was. Alone in
-//! its binary, because it counts the process's threads.
+//! with a 100 ms time limit, and the process's thread count stays where it was. In a
+//! process of its own (`support::alone`), because it counts the process's threads.
 
 use std::time::Duration;
 
-mod support;
+use crate::support;
 
 use bearer_reload::LoadError;
 use bearer_reload::source::FileError;
@@ -16,6 +16,12 @@ fn threads() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_file_holds_one_blocking_thread_however_many_reloads() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "a_stuck_file_holds_one_blocking_thread_however_many_reloads",
+    ) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("token");
     std::fs::write(&path, "good-token").unwrap();

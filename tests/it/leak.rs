@@ -1,12 +1,12 @@
 //! Dropping a store stops everything it started: 1000 stores with watchers and timers,
 //! created and dropped, leave the process with the file descriptors, threads and inotify
-//! watches it had before, as the kernel counts them. Alone in its binary, because it counts
-//! process-wide resources.
+//! watches it had before, as the kernel counts them. In a process of its own
+//! (`support::alone`), because it counts process-wide resources.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-mod support;
+use crate::support;
 
 use bearer_reload::testing::ProjectedTokenDir;
 use bearer_reload::{BearerLayer, TokenStore};
@@ -52,6 +52,12 @@ async fn settle(before: Counts) -> Counts {
 
 #[test]
 fn a_thousand_stores_with_watchers_and_timers_leave_nothing_behind() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "a_thousand_stores_with_watchers_and_timers_leave_nothing_behind",
+    ) {
+        return;
+    }
     // The blocking pool (file reads) keeps an idle thread 10 s by default: a short keep-alive
     // lets the thread count come back to its baseline within the deadline.
     tokio::runtime::Builder::new_multi_thread()

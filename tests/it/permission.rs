@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-mod support;
+use crate::support;
 
 use bearer_reload::source::FileError;
 use support::quiet_store;
@@ -45,7 +45,8 @@ fn an_unreadable_file_is_an_error_naming_the_path_and_the_last_token_stays() {
             "--",
         ])
         .arg(&exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &support::alone::test_name(module_path!(), TEST)])
+        .args(["--nocapture", "--test-threads=1"])
         .env(CHILD, dir.path())
         .output()
         .expect("setpriv runs the scenario as nobody");

@@ -3,7 +3,7 @@
 //! against an HTTPS server that requires client certificates from a CA, checks the bearer
 //! token, and refuses the old credentials the moment the new ones are written.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -466,7 +466,8 @@ fn kubeconfig_reads(snapshotter: &metrics_util::debugging::Snapshotter) -> BTree
     reads
 }
 
-/// The process's metrics recorder, for this binary's one test that reads it.
+/// The process's metrics recorder, for the one test that reads it, in a process of its own
+/// (`support::alone`).
 fn recorder() -> &'static metrics_util::debugging::Snapshotter {
     static SNAPSHOTTER: OnceLock<metrics_util::debugging::Snapshotter> = OnceLock::new();
     SNAPSHOTTER.get_or_init(|| {
@@ -479,6 +480,12 @@ fn recorder() -> &'static metrics_util::debugging::Snapshotter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_kubeconfigs_in_one_directory_read_once_per_rotated_file() {
+    if !support::alone::in_own_process(
+        module_path!(),
+        "a_thousand_kubeconfigs_in_one_directory_read_once_per_rotated_file",
+    ) {
+        return;
+    }
     const N: usize = 1000;
     const ROTATED: usize = 25;
     let snapshotter = recorder();

@@ -3,7 +3,7 @@
 //! kubeconfig read the way kube reads it, and a server that revokes tokens when the test
 //! says. `bearer_reload::kube` side by side with kube's own exec handling.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The plain layer through a real HTTP round trip: hyper-util client, local hyper server.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
