@@ -201,6 +201,7 @@ where
     }
 
     /// kube's timeouts all at once, `reset_reader_on_write` among them.
+    #[cfg(feature = "kube")]
     pub(crate) fn timeouts(self, timeouts: Timeouts) -> Self {
         self.with(|_, settings| settings.timeouts = timeouts)
     }

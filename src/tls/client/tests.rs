@@ -57,7 +57,7 @@ async fn send(dial: fn() -> Dial) -> Outcome {
 }
 
 /// A closed handshake is the one error without connection info that may be a
-/// refusal (seen in `tests/tls.rs`, where the server's alert races hyper's HTTP/2
+/// refusal (seen in `tests/providers/tls.rs`, where the server's alert races hyper's HTTP/2
 /// handshake); a dial that failed, or a request cancelled on a connection hyper-util
 /// had pooled, is not one.
 #[tokio::test]
